@@ -1,0 +1,168 @@
+//! Sticky canary and primary cookies (DESIGN §5): Flagger's session affinity
+//! with its known bugs fixed.
+//!
+//! PURE: the cookie values are part of the routing table (written by the
+//! engine or filled in by the table store), never generated here, so every
+//! replica of a fleet pins a client the same way. No IO, no clock, no RNG.
+//! Cookies are read parsed (see `RequestView::cookies`), never with a loose
+//! regex, and a client's cookie can never select a canary that is not running.
+
+use crate::routing::RequestView;
+use cookie::{Cookie, SameSite};
+use http::HeaderValue;
+use serde::{Deserialize, Serialize};
+
+/// The route's `sessionAffinity` block, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AffinityConfig {
+    /// Cookie that pins a client to the canary for the run.
+    pub cookie_name: String,
+    /// Max-Age of the canary cookie, seconds.
+    pub max_age: i64,
+    /// Cookie that pins a client to the primary for one step (optional, as in Flagger).
+    pub primary_cookie_name: Option<String>,
+    /// Max-Age of the primary cookie: the analysis interval in seconds, so it
+    /// lapses when the step (and its value) changes.
+    pub primary_max_age: i64,
+    /// `Domain` attribute (also on the deleting cookie, unlike Flagger).
+    pub domain: Option<String>,
+    /// `Path` attribute (also on the deleting cookie, unlike Flagger).
+    pub path: Option<String>,
+    /// `HttpOnly` attribute.
+    pub http_only: bool,
+    /// `Secure` attribute.
+    pub secure: bool,
+    /// `SameSite` attribute.
+    pub same_site: Option<SameSite>,
+    /// `Partitioned` attribute (CHIPS).
+    pub partitioned: bool,
+}
+
+/// Cookie values of the current and last run. Part of the routing table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AffinityState {
+    /// Value that pins to the canary during the current run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_value: Option<String>,
+    /// Value that pins to the primary during the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_value: Option<String>,
+    /// The previous run's canary value: presented after its run, it is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_canary_value: Option<String>,
+}
+
+/// Minimum length of generated cookie values (DESIGN §5).
+pub const MIN_VALUE_LEN: usize = 10;
+
+/// What the cookies of a request say, before the weighted draw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pin {
+    /// Carries the current run's canary value.
+    Canary,
+    /// Carries the current step's primary value.
+    Primary,
+    /// No valid pin; the draw decides. `stale` is a canary-cookie value from
+    /// another run that the response should delete.
+    Unpinned { stale: Option<String> },
+}
+
+/// Reads the pins of `req`. `running` is `canaryWeight > 0`: outside a run
+/// nothing pins to the canary, whatever the client sends.
+pub fn pin(
+    cfg: &AffinityConfig,
+    state: &AffinityState,
+    req: &RequestView<'_>,
+    running: bool,
+) -> Pin {
+    let mut stale = None;
+    for v in req.cookie_values(&cfg.cookie_name) {
+        if running && state.canary_value.as_deref() == Some(v) {
+            return Pin::Canary;
+        }
+        stale.get_or_insert_with(|| v.to_string());
+    }
+    if running {
+        if let (Some(name), Some(value)) = (&cfg.primary_cookie_name, &state.primary_value) {
+            if req.has_cookie(name, value) {
+                // The primary pin wins over a stale canary cookie, which no
+                // longer pins anything; it is left alone.
+                return Pin::Primary;
+            }
+        }
+    }
+    Pin::Unpinned { stale }
+}
+
+/// Cookies a response must set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CookieActions {
+    /// Set `cookieName=<run value>; Max-Age=maxAge`.
+    pub set_canary: bool,
+    /// Set `primaryCookieName=<step value>; Max-Age=primaryMaxAge`.
+    pub set_primary: bool,
+    /// Delete the canary cookie that carried this value (`Max-Age=-1`).
+    pub expire_canary: Option<String>,
+}
+
+impl CookieActions {
+    /// Nothing to add to the response.
+    pub fn is_empty(&self) -> bool {
+        !self.set_canary && !self.set_primary && self.expire_canary.is_none()
+    }
+
+    /// Renders the `Set-Cookie` values. A value that cannot be a header
+    /// (impossible for validated config) is skipped rather than sent broken.
+    pub fn render(&self, cfg: &AffinityConfig, state: &AffinityState) -> Vec<HeaderValue> {
+        let mut out = Vec::with_capacity(2);
+        if self.set_canary {
+            if let Some(v) = &state.canary_value {
+                out.extend(render_cookie(cfg, &cfg.cookie_name, v, cfg.max_age));
+            }
+        }
+        if self.set_primary {
+            if let (Some(name), Some(v)) = (&cfg.primary_cookie_name, &state.primary_value) {
+                out.extend(render_cookie(cfg, name, v, cfg.primary_max_age));
+            }
+        }
+        if let Some(old) = &self.expire_canary {
+            out.extend(render_cookie(cfg, &cfg.cookie_name, old, -1));
+        }
+        out
+    }
+}
+
+/// One `Set-Cookie` value with every configured attribute, in RFC 6265 form.
+/// `Max-Age=-1` is written literally (the cookie crate would clamp it), so
+/// that the deletion carries the same Domain and Path as the original.
+pub fn render_cookie(
+    cfg: &AffinityConfig,
+    name: &str,
+    value: &str,
+    max_age: i64,
+) -> Option<HeaderValue> {
+    let mut c = Cookie::new(name.to_string(), value.to_string());
+    if let Some(d) = &cfg.domain {
+        c.set_domain(d.clone());
+    }
+    if let Some(p) = &cfg.path {
+        c.set_path(p.clone());
+    }
+    if cfg.http_only {
+        c.set_http_only(true);
+    }
+    if cfg.secure {
+        c.set_secure(true);
+    }
+    if let Some(s) = cfg.same_site {
+        c.set_same_site(s);
+    }
+    if cfg.partitioned {
+        c.set_partitioned(true);
+    }
+    let mut s = c.encoded().to_string();
+    s.push_str("; Max-Age=");
+    s.push_str(&max_age.to_string());
+    HeaderValue::from_str(&s).ok()
+}

@@ -1,0 +1,124 @@
+//! Configuration in three stages (as in sozu): raw serde structs
+//! ([`raw`]) → validation that collects *every* error with its field path and
+//! `file:line:col` → compiled runtime values ([`Config`], a
+//! [`RoutingTable`](crate::routing::RoutingTable)).
+//!
+//! The control API reuses the same validation for every write, so a table
+//! that could not be loaded from a file can never be installed at run time
+//! either. Nothing in this module panics on user input.
+
+mod locate;
+pub mod raw;
+mod validate;
+
+pub use locate::Locations;
+pub use validate::{
+    compile_table, parse_duration, AdminConfig, BackendSpec, CanaryConfig, Config, HealthSettings,
+    ListenerConfig, LoadBalancer, OutlierSettings, ProxySettings, RollingSettings, TableSpec,
+};
+
+use std::fmt;
+use std::path::Path;
+
+/// One problem in a configuration or an API write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Field path, e.g. `routes[0].canaryWeight`.
+    pub path: String,
+    /// Why the value is refused.
+    pub reason: String,
+    /// 1-based line and column in the source file, when known.
+    pub location: Option<(usize, usize)>,
+}
+
+impl ConfigError {
+    /// An error at `path` (location filled in later from the source).
+    pub fn new(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.into(),
+            reason: reason.into(),
+            location: None,
+        }
+    }
+}
+
+/// All errors of one file or write, printable one per line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The file name used as prefix (`-` for API bodies).
+    pub file: String,
+    /// Every error found, in document order where known.
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            match e.location {
+                Some((l, c)) => write!(f, "{}:{}:{}: ", self.file, l, c)?,
+                None => write!(f, "{}: ", self.file)?,
+            }
+            if e.path.is_empty() {
+                write!(f, "{}", e.reason)?;
+            } else {
+                write!(f, "{}: {}", e.path, e.reason)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Reads and validates a YAML file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    let label = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        file: label.clone(),
+        errors: vec![ConfigError::new("", format!("cannot read file: {e}"))],
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse_yaml(&src, &label, base)
+}
+
+/// Parses and validates YAML text. Relative file paths inside (TLS, tokens)
+/// are resolved against `base`.
+pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigErrors> {
+    let raw: raw::RawConfig = match serde_saphyr::from_str(src) {
+        Ok(r) => r,
+        Err(e) => {
+            let location = e
+                .location()
+                .map(|l| (l.line() as usize, l.column() as usize));
+            return Err(ConfigErrors {
+                file: label.to_string(),
+                errors: vec![ConfigError {
+                    path: String::new(),
+                    reason: clean_serde_message(&e.to_string()),
+                    location,
+                }],
+            });
+        }
+    };
+    let locations = Locations::index(src);
+    validate::validate(raw, base).map_err(|mut errors| {
+        for e in &mut errors {
+            e.location = locations.find(&e.path);
+        }
+        errors.sort_by_key(|e| e.location.unwrap_or((usize::MAX, 0)));
+        ConfigErrors {
+            file: label.to_string(),
+            errors,
+        }
+    })
+}
+
+/// serde-saphyr prefixes messages with their own location and may render a
+/// source snippet over several lines; keep the first line only, since the
+/// location is printed by us.
+fn clean_serde_message(msg: &str) -> String {
+    msg.lines().next().unwrap_or(msg).trim().to_string()
+}

@@ -1,0 +1,470 @@
+//! The configuration exactly as a user writes it (YAML file) or sends it (JSON
+//! to the control API): serde structs, camelCase, unknown fields rejected.
+//!
+//! Nothing here is trusted: numbers are kept wide (`i64`) and strings raw so
+//! that validation can name the field and the reason instead of serde giving a
+//! bare "invalid value". Only `validate` turns these into runtime values.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawConfig {
+    /// Where clients connect; each listener serves every route.
+    #[serde(default)]
+    pub listeners: Vec<RawListener>,
+    /// The control API; absent means 127.0.0.1:9901 without a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<RawAdmin>,
+    /// Named upstream groups that routes point at.
+    #[serde(default)]
+    pub backends: BTreeMap<String, RawBackend>,
+    /// Host + path prefix → primary/canary split.
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    /// Progressive-delivery definitions driven by the rollout engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub canaries: Vec<RawCanary>,
+    /// Data-plane limits and timeouts (defaults close to nginx/Envoy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<RawProxy>,
+}
+
+/// The part of the configuration the control API can replace at run time
+/// (`PUT /api/v1/table`): backends and routes.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTable {
+    /// Same as [`RawConfig::backends`].
+    #[serde(default)]
+    pub backends: BTreeMap<String, RawBackend>,
+    /// Same as [`RawConfig::routes`].
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawListener {
+    /// Used in logs and metrics.
+    pub name: String,
+    /// `ip:port`; port 0 asks the OS for a free port (tests).
+    pub address: String,
+    /// Terminate TLS on this listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawTls>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawTls {
+    /// PEM certificate chain.
+    pub cert_file: String,
+    /// PEM private key.
+    pub key_file: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAdmin {
+    /// `ip:port` of the control API.
+    pub address: String,
+    /// File holding the bearer token; required off loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawProxy {
+    /// Per-connection idle time of pooled upstream connections (default 90s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_idle_timeout: Option<String>,
+    /// Idle pooled connections kept per upstream endpoint (default 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_max_idle_per_host: Option<i64>,
+    /// TCP connect timeout to upstreams (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<String>,
+    /// Time to read a request's header block (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_read_timeout: Option<String>,
+    /// How long a graceful shutdown waits for in-flight requests (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
+    /// Log one line per request at info level (default false: the access log
+    /// is at debug level under target `weir::access`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawBackend {
+    /// `host:port` list; names are resolved at connect time.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+    /// `round-robin` (default) or `least-request` (power of two choices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<String>,
+    /// Active health checks (see the endpoints module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<RawHealthCheck>,
+    /// Rolling-update bounds when the endpoint list changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolling_update: Option<RawRollingUpdate>,
+    /// Passive outlier ejection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier_detection: Option<RawOutlier>,
+    /// Path answering the endpoint's revision (GET).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRoute {
+    /// Unique; used by the API, stats and canaries.
+    pub name: String,
+    /// Exact names or `*.suffix` wildcards; empty = any host.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Plain string prefix of the path (default `/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+    /// Backend serving by default.
+    pub primary: String,
+    /// Backend receiving the canary share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<String>,
+    /// Percent of unpinned, unmatched traffic sent to the canary (0..100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_weight: Option<i64>,
+    /// Upstream response-header timeout (default 15s) → 504.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Header edits on the way up and down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<RawHeaderPolicy>,
+    /// A/B rules in Flagger's form: any item matching sends to the canary.
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<RawMatch>,
+    /// Shadow a share of the primary's traffic to the canary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<RawMirror>,
+    /// Sticky canary/primary cookies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<RawAffinity>,
+    /// Cookie values of the current run; written by the engine or filled in by
+    /// the table store (DESIGN §5). Users normally leave this out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_state: Option<RawAffinityState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHeaderPolicy {
+    /// Edits applied to the request sent upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<RawHeaderEdits>,
+    /// Edits applied to the response sent to the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<RawHeaderEdits>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHeaderEdits {
+    /// Replace (or create) these headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+    /// Append these values, keeping existing ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub add: BTreeMap<String, String>,
+    /// Delete these headers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove: Vec<String>,
+}
+
+/// One item of a Flagger `match` list: every condition present must hold.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawMatch {
+    /// Header name (case-insensitive) → condition; `cookie` works as in Flagger.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, RawStringMatch>,
+    /// Cookie name → condition, on parsed cookies.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cookies: BTreeMap<String, RawStringMatch>,
+    /// Query parameter name → condition.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query_params: BTreeMap<String, RawStringMatch>,
+    /// Condition on the method.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<RawStringMatch>,
+    /// Condition on the path (without the query string), as Istio's `uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<RawStringMatch>,
+    /// Client address in any of these CIDRs (Flagger's `sourceLabels` analogue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub source_ip: Vec<String>,
+}
+
+/// Exactly one of the kinds must be set.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawStringMatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suffix: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<String>,
+    /// `true`: the value exists (any content); `false`: it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub present: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawMirror {
+    /// Mirroring on or off (default true when the block is present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Percent of primary requests copied (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
+    /// Largest request body copied (default 1 MiB); larger ones are not mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<i64>,
+    /// Mirror requests in flight at most (default 256); more are dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAffinity {
+    /// Cookie pinning a client to the canary.
+    pub cookie_name: String,
+    /// Max-Age of the canary cookie in seconds (default 86400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<i64>,
+    /// Cookie pinning a client to the primary for one step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_cookie_name: Option<String>,
+    /// Max-Age of the primary cookie (default: the analysis interval, else 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_max_age: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure: Option<bool>,
+    /// `Strict`, `Lax` or `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_site: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitioned: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAffinityState {
+    /// Value of the canary cookie for the current run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_value: Option<String>,
+    /// Value of the primary cookie for the current step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_value: Option<String>,
+    /// The last run's canary value, expired on sight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_canary_value: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHealthCheck {
+    /// Path probed with GET (default `/healthz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Time between probes (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Probe timeout (default 1s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Consecutive passes to become ready (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_threshold: Option<i64>,
+    /// Consecutive failures to become not ready (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_threshold: Option<i64>,
+    /// Statuses counted as healthy (default 200..399).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected_status: Vec<i64>,
+}
+
+/// An integer or a percentage string such as `"25%"`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RawIntOrPercent {
+    Int(i64),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRollingUpdate {
+    /// Extra endpoints allowed above the desired count (default 25%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<RawIntOrPercent>,
+    /// Ready endpoints allowed below the desired count (default 25%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<RawIntOrPercent>,
+    /// Time without progress before the update is reported stalled (default 600s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawOutlier {
+    /// Consecutive 5xx/connect failures that eject an endpoint (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<i64>,
+    /// Ejection time, multiplied by the number of ejections (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_time: Option<String>,
+    /// Share of a backend's endpoints that may be ejected at once (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<i64>,
+}
+
+/// A progressive-delivery definition (Flagger's Canary, reduced to what a
+/// proxy needs).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCanary {
+    /// Unique; used by the API.
+    pub name: String,
+    /// The route whose traffic this canary moves.
+    pub route: String,
+    /// Start a run when the canary backend reports a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_revision: Option<bool>,
+    /// Promote without analysis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_analysis: Option<bool>,
+    /// `swap` (default) or `webhook`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<String>,
+    /// Deadline for the primary to become ready with `promotion: webhook` (default 600s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<String>,
+    /// Control API URLs of remote weirs to drive; empty = this process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_planes: Vec<String>,
+    /// File with the bearer token for the remote data planes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plane_token_file: Option<String>,
+    /// Flagger's analysis block.
+    pub analysis: RawAnalysis,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAnalysis {
+    /// Time between steps (default 1m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Failed checks before rollback (default 5... as Flagger: required).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_weight: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_weight: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_weights: Vec<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_weight_promotion: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<i64>,
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<RawMatch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_weight: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_affinity: Option<RawAffinity>,
+    /// Accepted for Flagger compatibility; weir checks readiness itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_ready_threshold: Option<i64>,
+    /// Accepted for Flagger compatibility; weir checks readiness itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_ready_threshold: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<RawMetric>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<RawWebhook>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawThresholdRange {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawMetric {
+    /// `request-success-rate`, `request-duration`, or any name with a `query`.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_range: Option<RawThresholdRange>,
+    /// Window of the check (default: the analysis interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Fewer requests than this in the window fails the check (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<i64>,
+    /// PromQL for a custom metric (needs `prometheusUrl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Prometheus server for `query`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawWebhook {
+    pub name: String,
+    /// Flagger's hook type (default `rollout`), or weir's `promote`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub url: String,
+    /// Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Extra attempts after a failed call (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// Accepted for Flagger compatibility (weir has no alerting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mute_alert: Option<bool>,
+}

@@ -1,0 +1,66 @@
+//! Errors the proxy answers itself. The source of an error decides its
+//! status: the client (400/404/431), the upstream (502/504), or no capacity
+//! (503). Bodies are short plain text; `x-weir-error` names the cause for
+//! scripts and logs.
+
+use super::body::ProxyBody;
+use http::{header, Response, StatusCode};
+
+/// Why the proxy answered instead of an upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyError {
+    /// No Host header or authority, or an unusable request (400).
+    BadRequest,
+    /// No route for host + path (404, documented choice over 503).
+    NoRoute,
+    /// The chosen backend has no usable endpoint (503).
+    NoEndpoint,
+    /// Connect refused/reset or the upstream broke the exchange (502).
+    Upstream,
+    /// No response headers within the route timeout (504).
+    Timeout,
+    /// A method the proxy does not forward (405).
+    MethodNotAllowed,
+}
+
+impl ProxyError {
+    /// HTTP status for the client.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ProxyError::BadRequest => StatusCode::BAD_REQUEST,
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::NoEndpoint => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::Upstream => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// Stable token for `x-weir-error` and logs.
+    pub fn code(self) -> &'static str {
+        match self {
+            ProxyError::BadRequest => "bad-request",
+            ProxyError::NoRoute => "no-route",
+            ProxyError::NoEndpoint => "no-healthy-endpoint",
+            ProxyError::Upstream => "upstream-failed",
+            ProxyError::Timeout => "upstream-timeout",
+            ProxyError::MethodNotAllowed => "method-not-allowed",
+        }
+    }
+
+    /// The response sent to the client.
+    pub fn response(self, detail: &str) -> Response<ProxyBody> {
+        let mut r = Response::new(ProxyBody::full(format!("{}: {}\n", self.code(), detail)));
+        *r.status_mut() = self.status();
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(
+            "x-weir-error",
+            header::HeaderValue::from_static(self.code()),
+        );
+        r
+    }
+}

@@ -1,0 +1,71 @@
+//! The data plane: accept connections, route every request by one table
+//! snapshot, forward it upstream with streaming bodies, answer the client.
+//!
+//! Phases of a request, in order (see `service`): snapshot → route →
+//! decide → upstream request → response → record. Decisions are delegated to
+//! the pure `routing` module; this module does the IO. It must never panic
+//! on client or upstream input, never buffer a body whole (except a capped
+//! copy for mirroring), and never let a slow mirror touch the primary path.
+
+pub mod body;
+pub mod errors;
+pub mod server;
+pub mod service;
+pub mod upstream;
+
+use http::header::{HeaderMap, HeaderName, CONNECTION};
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
+/// hyper strips them only on HTTP/2, so the proxy removes them both ways.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether `name` is a fixed hop-by-hop header.
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Removes the hop-by-hop headers and every header named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        let listed: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+            .collect();
+        for n in listed {
+            headers.remove(n);
+        }
+    }
+    for n in HOP_BY_HOP {
+        headers.remove(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_fixed_and_listed_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "keep-alive, X-Secret".parse().unwrap());
+        h.insert("keep-alive", "timeout=5".parse().unwrap());
+        h.insert("x-secret", "1".parse().unwrap());
+        h.insert("te", "gzip".parse().unwrap());
+        h.insert("upgrade", "h2c".parse().unwrap());
+        h.insert("x-keep", "1".parse().unwrap());
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-keep"));
+    }
+}

@@ -1,0 +1,123 @@
+//! A/B match rules (Flagger's `match` list) evaluated against a request view.
+
+use super::RequestView;
+use http::HeaderName;
+use ipnet::IpNet;
+use regex::Regex;
+
+/// One string condition. Kinds are those of Istio/Flagger plus `present`.
+#[derive(Debug, Clone)]
+pub enum StringMatcher {
+    Exact(String),
+    Prefix(String),
+    Suffix(String),
+    /// `regex` crate (RE2 syntax), used as written: unanchored unless the
+    /// pattern has `^`/`$`, so Flagger's cookie regexes keep their meaning.
+    Regex(Regex),
+    /// `true`: the value exists; `false`: it does not.
+    Present(bool),
+}
+
+impl StringMatcher {
+    /// Tests one concrete value.
+    pub fn matches_value(&self, v: &str) -> bool {
+        match self {
+            StringMatcher::Exact(s) => v == s,
+            StringMatcher::Prefix(s) => v.starts_with(s.as_str()),
+            StringMatcher::Suffix(s) => v.ends_with(s.as_str()),
+            StringMatcher::Regex(r) => r.is_match(v),
+            StringMatcher::Present(p) => *p,
+        }
+    }
+
+    /// Tests a possibly repeated value: any value may satisfy it; with no
+    /// value only `present: false` holds.
+    pub fn matches_any<'a>(&self, mut values: impl Iterator<Item = &'a str>) -> bool {
+        match self {
+            StringMatcher::Present(p) => values.next().is_some() == *p,
+            _ => values.any(|v| self.matches_value(v)),
+        }
+    }
+
+    /// The same for a single optional value.
+    pub fn matches_opt(&self, value: Option<&str>) -> bool {
+        self.matches_any(value.into_iter())
+    }
+}
+
+/// One item of the `match` list: every condition must hold.
+#[derive(Debug, Clone, Default)]
+pub struct MatchRule {
+    /// Header conditions; names are lower-cased (case-insensitive).
+    pub headers: Vec<(HeaderName, StringMatcher)>,
+    /// Cookie conditions on parsed cookies.
+    pub cookies: Vec<(String, StringMatcher)>,
+    /// Query-parameter conditions (decoded names and values).
+    pub query_params: Vec<(String, StringMatcher)>,
+    /// Condition on the method name.
+    pub method: Option<StringMatcher>,
+    /// Condition on the path (no query string).
+    pub uri: Option<StringMatcher>,
+    /// Client address ranges; any may contain the client.
+    pub source_ip: Vec<IpNet>,
+}
+
+impl MatchRule {
+    /// All conditions of this item hold for `req`.
+    pub fn matches(&self, req: &RequestView<'_>) -> bool {
+        if let Some(m) = &self.method {
+            if !m.matches_value(req.method.as_str()) {
+                return false;
+            }
+        }
+        if let Some(m) = &self.uri {
+            if !m.matches_value(req.path) {
+                return false;
+            }
+        }
+        if !self.source_ip.is_empty() && !self.source_ip.iter().any(|n| n.contains(&req.source_ip))
+        {
+            return false;
+        }
+        for (name, m) in &self.headers {
+            let ok = if name == http::header::COOKIE {
+                // HTTP/2 clients split cookies over several headers; a
+                // Flagger cookie regex expects them joined (RFC 9113 §8.2.3).
+                let joined = req.joined_cookie_header();
+                m.matches_opt(joined.as_deref())
+            } else {
+                m.matches_any(
+                    req.headers
+                        .get_all(name)
+                        .iter()
+                        .filter_map(|v| v.to_str().ok()),
+                )
+            };
+            if !ok {
+                return false;
+            }
+        }
+        for (name, m) in &self.cookies {
+            if !m.matches_any(req.cookie_values(name)) {
+                return false;
+            }
+        }
+        for (name, m) in &self.query_params {
+            let pairs = req.query_pairs();
+            let values = pairs
+                .iter()
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str());
+            if !m.matches_any(values) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Any item of the list matches (Flagger semantics). An empty list never
+/// matches: no rules means no A/B routing.
+pub fn any_matches(rules: &[MatchRule], req: &RequestView<'_>) -> bool {
+    rules.iter().any(|r| r.matches(req))
+}

@@ -1,0 +1,189 @@
+//! The compiled, immutable routing table and route lookup.
+
+use super::MatchRule;
+use crate::affinity::{AffinityConfig, AffinityState};
+use http::{HeaderName, HeaderValue};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A `hosts` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// Lower-cased exact name.
+    Exact(String),
+    /// `*.example.com` stored as `.example.com`: matches any name ending in
+    /// it (one or more labels), not the bare `example.com`, as in Envoy.
+    Suffix(String),
+}
+
+/// Header edits compiled to header types, applied in the order remove → set → add.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderEdits {
+    pub set: Vec<(HeaderName, HeaderValue)>,
+    pub add: Vec<(HeaderName, HeaderValue)>,
+    pub remove: Vec<HeaderName>,
+}
+
+impl HeaderEdits {
+    /// Whether there is nothing to do (keeps the hot path branch-only).
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+
+    /// Applies the edits to `headers`.
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        for name in &self.remove {
+            headers.remove(name);
+        }
+        for (name, value) in &self.set {
+            headers.insert(name.clone(), value.clone());
+        }
+        for (name, value) in &self.add {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+}
+
+/// Shadow traffic settings of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorPolicy {
+    /// Percent (0..100) of primary requests copied to the canary.
+    pub weight: u8,
+    /// Largest request body copied; larger bodies are not mirrored.
+    pub max_body_bytes: usize,
+    /// Mirror requests in flight at most; more are dropped.
+    pub max_in_flight: usize,
+}
+
+/// One compiled route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Unique route name (API, stats, metrics).
+    pub name: String,
+    /// Host patterns; empty = any host.
+    pub hosts: Vec<HostPattern>,
+    /// Plain string prefix of the path.
+    pub path_prefix: String,
+    /// Backend name serving by default.
+    pub primary: String,
+    /// Backend name of the canary slot, if any.
+    pub canary: Option<String>,
+    /// Percent of undecided traffic sent to the canary.
+    pub canary_weight: u8,
+    /// A/B rules; a matching request goes to the canary.
+    pub matches: Vec<MatchRule>,
+    /// Shadow traffic, if enabled.
+    pub mirror: Option<MirrorPolicy>,
+    /// Sticky cookie settings, if enabled.
+    pub affinity: Option<AffinityConfig>,
+    /// Cookie values of the current and last run.
+    pub affinity_state: AffinityState,
+    /// Upstream response-header timeout.
+    pub timeout: Duration,
+    /// Edits on the request sent upstream.
+    pub request_headers: HeaderEdits,
+    /// Edits on the response sent to the client.
+    pub response_headers: HeaderEdits,
+}
+
+/// All routes plus the indexes that make lookup cheap. Immutable: a change
+/// builds a new table, swapped in as a whole.
+#[derive(Debug, Clone, Default)]
+pub struct RoutingTable {
+    /// Routes in configuration order; indexes below point into it.
+    pub routes: Vec<Route>,
+    /// Exact host → route indexes, longest prefix first.
+    exact: HashMap<String, Vec<usize>>,
+    /// Wildcard suffix → route indexes; longest suffix first, then longest prefix.
+    wildcard: Vec<(String, Vec<usize>)>,
+    /// Routes without hosts, longest prefix first.
+    any: Vec<usize>,
+}
+
+impl RoutingTable {
+    /// Builds the indexes. Routes are assumed validated (names unique).
+    pub fn new(routes: Vec<Route>) -> Self {
+        let mut exact: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut wildcard: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut any = Vec::new();
+        for (i, r) in routes.iter().enumerate() {
+            if r.hosts.is_empty() {
+                any.push(i);
+            }
+            for h in &r.hosts {
+                match h {
+                    HostPattern::Exact(name) => exact.entry(name.clone()).or_default().push(i),
+                    HostPattern::Suffix(s) => wildcard.entry(s.clone()).or_default().push(i),
+                }
+            }
+        }
+        let by_prefix = |v: &mut Vec<usize>| {
+            // Stable sort keeps configuration order among equal prefixes.
+            v.sort_by_key(|&i| std::cmp::Reverse(routes[i].path_prefix.len()));
+            v.dedup();
+        };
+        exact.values_mut().for_each(by_prefix);
+        by_prefix(&mut any);
+        let mut wildcard: Vec<(String, Vec<usize>)> = wildcard.into_iter().collect();
+        wildcard.iter_mut().for_each(|(_, v)| by_prefix(v));
+        wildcard.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+        RoutingTable {
+            routes,
+            exact,
+            wildcard,
+            any,
+        }
+    }
+
+    /// The route for `host` (normalised) and `path`: the most specific host
+    /// group (exact, then longest wildcard, then any-host) that has a route
+    /// whose prefix matches, and in it the longest prefix (Gateway API order).
+    pub fn find(&self, host: &str, path: &str) -> Option<usize> {
+        let first = |v: &[usize]| {
+            v.iter()
+                .copied()
+                .find(|&i| path.starts_with(self.routes[i].path_prefix.as_str()))
+        };
+        if let Some(v) = self.exact.get(host) {
+            if let Some(i) = first(v) {
+                return Some(i);
+            }
+        }
+        for (suffix, v) in &self.wildcard {
+            if host.len() > suffix.len() && host.ends_with(suffix.as_str()) {
+                if let Some(i) = first(v) {
+                    return Some(i);
+                }
+            }
+        }
+        first(&self.any)
+    }
+
+    /// Index of the route named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.routes.iter().position(|r| r.name == name)
+    }
+}
+
+/// Lower-cases and strips the port and a trailing dot: `App.Example.com:8080`
+/// → `app.example.com`; `[::1]:80` → `[::1]`. Returns a borrowed value when
+/// nothing changes (the common case).
+pub fn normalize_host(raw: &str) -> std::borrow::Cow<'_, str> {
+    let without_port = if raw.starts_with('[') {
+        match raw.find(']') {
+            Some(end) => &raw[..=end],
+            None => raw,
+        }
+    } else {
+        match raw.rfind(':') {
+            Some(i) => &raw[..i],
+            None => raw,
+        }
+    };
+    let trimmed = without_port.strip_suffix('.').unwrap_or(without_port);
+    if trimmed.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(trimmed.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(trimmed)
+    }
+}
