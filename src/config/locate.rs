@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(l.find("routes[1].name"), Some((4, 5)));
         assert_eq!(
             l.find("routes[1].match[0].headers.x-canary.exact"),
-            Some((6, 31))
+            Some((6, 32))
         );
         assert_eq!(l.find("backends.blue.endpoints[1]"), Some((9, 16)));
         // Missing field: falls back to the parent.
