@@ -128,7 +128,7 @@ mod tests {
             l.find("routes[1].match[0].headers.x-canary.exact"),
             Some((6, 32))
         );
-        assert_eq!(l.find("backends.blue.endpoints[1]"), Some((9, 16)));
+        assert_eq!(l.find("backends.blue.endpoints[1]"), Some((9, 24)));
         // Missing field: falls back to the parent.
         assert_eq!(l.find("routes[0].primary"), Some((2, 5)));
     }
