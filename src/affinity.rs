@@ -166,3 +166,6 @@ pub fn render_cookie(
     s.push_str(&max_age.to_string());
     HeaderValue::from_str(&s).ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -120,5 +120,18 @@ pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigE
 /// source snippet over several lines; keep the first line only, since the
 /// location is printed by us.
 fn clean_serde_message(msg: &str) -> String {
-    msg.lines().next().unwrap_or(msg).trim().to_string()
+    let first = msg.lines().next().unwrap_or(msg).trim();
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    // Drop a leading "line N column M: " (we print file:line:col ourselves).
+    if let Some(rest) = first.strip_prefix("line ") {
+        if let Some((pos, msg)) = rest.split_once(": ") {
+            if pos.split(" column ").all(|n| n.trim().parse::<u64>().is_ok()) {
+                return msg.to_string();
+            }
+        }
+    }
+    first.to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,6 +10,9 @@ mod decide;
 mod matcher;
 mod table;
 
+#[cfg(test)]
+mod tests;
+
 pub use decide::{decide, Decision, Draw, Reason, Side};
 pub use matcher::{any_matches, MatchRule, StringMatcher};
 pub use table::{normalize_host, HeaderEdits, HostPattern, MirrorPolicy, Route, RoutingTable};

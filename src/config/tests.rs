@@ -1,0 +1,126 @@
+use super::*;
+use std::path::Path;
+
+const GOOD: &str = r#"
+listeners:
+  - name: http
+    address: 127.0.0.1:0
+backends:
+  app-blue:
+    endpoints: ["127.0.0.1:9001"]
+  app-green:
+    endpoints: ["127.0.0.1:9101"]
+routes:
+  - name: app
+    primary: app-blue
+    canary: app-green
+    canaryWeight: 10
+"#;
+
+fn errors(yaml: &str) -> ConfigErrors {
+    match parse_yaml(yaml, "t.yaml", Path::new(".")) {
+        Ok(_) => panic!("config unexpectedly valid:\n{yaml}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn good_config_compiles() {
+    let c = parse_yaml(GOOD, "t.yaml", Path::new(".")).unwrap();
+    assert_eq!(c.table.routing.routes[0].canary_weight, 10);
+    assert_eq!(c.table.routing.routes[0].timeout, std::time::Duration::from_secs(15));
+    assert_eq!(c.admin.address.to_string(), "127.0.0.1:9901");
+}
+
+/// Each bad config, the field path its error must name, and a word of the reason.
+#[test]
+fn every_bad_config_names_its_field() {
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("weight over 100", "canaryWeight: 10", "canaryWeight: 150", "routes[0].canaryWeight"),
+        ("negative weight", "canaryWeight: 10", "canaryWeight: -1", "routes[0].canaryWeight"),
+        ("unknown primary", "primary: app-blue", "primary: app-red", "routes[0].primary"),
+        ("unknown canary", "canary: app-green", "canary: nope", "routes[0].canary"),
+        ("canary equals primary", "canary: app-green", "canary: app-blue", "routes[0].canary"),
+        ("bad duration", "canaryWeight: 10", "canaryWeight: 10\n    timeout: 10 parsecs", "routes[0].timeout"),
+        ("bad listener address", "address: 127.0.0.1:0", "address: localhost", "listeners[0].address"),
+        ("endpoint without port", "\"127.0.0.1:9001\"", "\"127.0.0.1\"", "backends.app-blue.endpoints[0]"),
+        ("endpoint with scheme", "\"127.0.0.1:9001\"", "\"http://127.0.0.1:9001\"", "backends.app-blue.endpoints[0]"),
+        ("no endpoints", "endpoints: [\"127.0.0.1:9001\"]", "endpoints: []", "backends.app-blue.endpoints"),
+        ("bad regex", "canaryWeight: 10", "canaryWeight: 10\n    match:\n      - headers: { x-a: { regex: \"(\" } }", "routes[0].match[0].headers.x-a.regex"),
+        ("huge regex", "canaryWeight: 10", "canaryWeight: 10\n    match:\n      - headers: { x-a: { regex: \"\\\\w{1000}\\\\w{1000}\" } }", "routes[0].match[0].headers.x-a.regex"),
+        ("two kinds in one matcher", "canaryWeight: 10", "canaryWeight: 10\n    match:\n      - headers: { x-a: { exact: a, prefix: b } }", "routes[0].match[0].headers.x-a"),
+        ("empty match item", "canaryWeight: 10", "canaryWeight: 10\n    match:\n      - {}", "routes[0].match[0]"),
+        ("bad CIDR", "canaryWeight: 10", "canaryWeight: 10\n    match:\n      - sourceIp: [\"10.0.0.0/33\"]", "routes[0].match[0].sourceIp[0]"),
+        ("bad host", "canaryWeight: 10", "canaryWeight: 10\n    hosts: [\"a b\"]", "routes[0].hosts[0]"),
+        ("bad wildcard", "canaryWeight: 10", "canaryWeight: 10\n    hosts: [\"*.\"]", "routes[0].hosts[0]"),
+        ("path prefix without slash", "canaryWeight: 10", "canaryWeight: 10\n    pathPrefix: api", "routes[0].pathPrefix"),
+        ("bad sameSite", "canaryWeight: 10", "canaryWeight: 10\n    sessionAffinity: { cookieName: c, sameSite: Sometimes }", "routes[0].sessionAffinity.sameSite"),
+        ("bad cookie name", "canaryWeight: 10", "canaryWeight: 10\n    sessionAffinity: { cookieName: \"a;b\" }", "routes[0].sessionAffinity.cookieName"),
+        ("mirror weight", "canaryWeight: 10", "canaryWeight: 10\n    mirror: { weight: 101 }", "routes[0].mirror.weight"),
+        ("hop-by-hop header edit", "canaryWeight: 10", "canaryWeight: 10\n    headers: { request: { set: { connection: close } } }", "routes[0].headers.request.set.connection"),
+        ("non-loopback admin without token", "routes:", "admin:\n  address: 0.0.0.0:9901\nroutes:", "admin.tokenFile"),
+        ("surge and unavailable both 0", "endpoints: [\"127.0.0.1:9001\"]", "endpoints: [\"127.0.0.1:9001\"]\n    rollingUpdate: { maxSurge: 0, maxUnavailable: 0 }", "backends.app-blue.rollingUpdate.maxUnavailable"),
+        ("bad load balancer", "endpoints: [\"127.0.0.1:9001\"]", "endpoints: [\"127.0.0.1:9001\"]\n    loadBalancer: random", "backends.app-blue.loadBalancer"),
+        ("canary on unknown route", "canaryWeight: 10", "canaryWeight: 10\ncanaries:\n  - name: c\n    route: nope\n    analysis: { interval: 1m, threshold: 5 }", "canaries[0].route"),
+        ("unknown webhook type", "canaryWeight: 10", "canaryWeight: 10\ncanaries:\n  - name: c\n    route: app\n    analysis:\n      webhooks: [{ name: w, type: pre-flight, url: \"http://127.0.0.1:1/\" }]", "canaries[0].analysis.webhooks[0].type"),
+        ("custom metric without query", "canaryWeight: 10", "canaryWeight: 10\ncanaries:\n  - name: c\n    route: app\n    analysis:\n      metrics: [{ name: error-budget, thresholdRange: { min: 1 } }]", "canaries[0].analysis.metrics[0].query"),
+    ];
+    assert!(cases.len() >= 15);
+    for (what, from, to, field) in cases {
+        assert!(GOOD.contains(from), "{what}: fixture text {from:?} not found");
+        let yaml = GOOD.replacen(from, to, 1);
+        let e = errors(&yaml);
+        let found = e.errors.iter().find(|x| x.path == *field);
+        assert!(found.is_some(), "{what}: expected an error at {field}, got:\n{e}");
+        let text = e.to_string();
+        assert!(text.contains(field), "{what}: message does not name {field}:\n{text}");
+        assert!(found.unwrap().location.is_some(), "{what}: no line:col for {field}");
+    }
+}
+
+#[test]
+fn all_errors_are_reported_at_once_with_line_and_column() {
+    let yaml = GOOD
+        .replace("canaryWeight: 10", "canaryWeight: 150\n    timeout: soon")
+        .replace("primary: app-blue", "primary: app-red");
+    let e = errors(&yaml);
+    let paths: Vec<&str> = e.errors.iter().map(|x| x.path.as_str()).collect();
+    for p in ["routes[0].canaryWeight", "routes[0].timeout", "routes[0].primary"] {
+        assert!(paths.contains(&p), "missing {p} in {paths:?}");
+    }
+    let text = e.to_string();
+    // `primary` is on line 12 of the fixture (line 1 is empty), column 5.
+    assert!(text.contains("t.yaml:12:5: routes[0].primary: unknown backend \"app-red\""), "{text}");
+}
+
+#[test]
+fn unknown_fields_and_wrong_types_are_errors_with_location() {
+    let e = errors(&GOOD.replace("canaryWeight: 10", "canaryWeight: 10\n    canaryWieght: 20"));
+    let text = e.to_string();
+    assert!(text.starts_with("t.yaml:15:5: unknown field `canaryWieght`"), "{text}");
+    assert!(e.errors[0].location.is_some_and(|(l, _)| l == 15), "{text}");
+    let e = errors(&GOOD.replace("canaryWeight: 10", "canaryWeight: [1]"));
+    assert!(e.errors[0].location.is_some(), "{e}");
+    let e = errors("listeners: [");
+    assert!(!e.errors.is_empty());
+}
+
+#[test]
+fn duplicate_names_are_errors() {
+    let yaml = format!(
+        "{GOOD}  - name: app\n    primary: app-blue\n    pathPrefix: /other\n"
+    );
+    let e = errors(&yaml);
+    assert!(e.errors.iter().any(|x| x.path == "routes[1].name" && x.reason.contains("duplicate")), "{e}");
+    let yaml = format!("{GOOD}  - name: app2\n    primary: app-blue\n");
+    let e = errors(&yaml);
+    assert!(e.errors.iter().any(|x| x.path == "routes[1].pathPrefix" && x.reason.contains("never match")), "{e}");
+}
+
+#[test]
+fn durations_parse() {
+    assert_eq!(parse_duration("500ms").unwrap(), std::time::Duration::from_millis(500));
+    assert_eq!(parse_duration("10s").unwrap(), std::time::Duration::from_secs(10));
+    assert_eq!(parse_duration("1m").unwrap(), std::time::Duration::from_secs(60));
+    assert!(parse_duration("ten").is_err());
+}

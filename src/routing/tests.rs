@@ -1,0 +1,272 @@
+use super::*;
+use crate::config::raw::RawTable;
+use crate::config::{compile_table, TableSpec};
+use http::{HeaderMap, HeaderValue, Method};
+use rand::rngs::SmallRng;
+use rand::{RngCore, SeedableRng};
+use std::net::IpAddr;
+
+fn table(yaml_routes: &str) -> TableSpec {
+    let yaml = format!(
+        "backends:\n  blue: {{ endpoints: [\"127.0.0.1:1\"] }}\n  green: {{ endpoints: [\"127.0.0.1:2\"] }}\nroutes:\n{yaml_routes}"
+    );
+    let raw: RawTable = serde_saphyr::from_str(&yaml).expect("yaml");
+    compile_table(&raw).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+struct Req {
+    host: String,
+    path: String,
+    query: Option<String>,
+    method: Method,
+    headers: HeaderMap,
+    ip: IpAddr,
+}
+
+impl Req {
+    fn new(path: &str) -> Self {
+        let (path, query) = match path.split_once('?') {
+            Some((p, q)) => (p.to_string(), Some(q.to_string())),
+            None => (path.to_string(), None),
+        };
+        Req {
+            host: "app.example.com".into(),
+            path,
+            query,
+            method: Method::GET,
+            headers: HeaderMap::new(),
+            ip: "192.0.2.10".parse().unwrap(),
+        }
+    }
+    fn header(mut self, k: &'static str, v: &str) -> Self {
+        self.headers.append(k, HeaderValue::from_str(v).unwrap());
+        self
+    }
+    fn view(&self) -> RequestView<'_> {
+        RequestView::new(&self.host, &self.path, self.query.as_deref(), &self.method, &self.headers, self.ip)
+    }
+}
+
+/// Decides with a draw that never picks the canary by weight, so only
+/// rules can send a request there.
+fn side(t: &TableSpec, r: &Req) -> Side {
+    let route = &t.routing.routes[0];
+    decide(&r.view(), route, Draw { weight: 99, mirror: 99 }).side
+}
+
+fn ab(rule: &str) -> TableSpec {
+    table(&format!(
+        "  - name: app\n    primary: blue\n    canary: green\n    match:\n      - {rule}\n"
+    ))
+}
+
+#[test]
+fn header_matchers_every_kind() {
+    let cases: &[(&str, &[(&str, &str)], Side)] = &[
+        ("{ headers: { x-canary: { exact: insider } } }", &[("x-canary", "insider")], Side::Canary),
+        ("{ headers: { x-canary: { exact: insider } } }", &[("x-canary", "insider2")], Side::Primary),
+        ("{ headers: { x-canary: { exact: insider } } }", &[], Side::Primary),
+        ("{ headers: { X-Canary: { exact: insider } } }", &[("x-canary", "insider")], Side::Canary),
+        ("{ headers: { user-agent: { prefix: Mozilla } } }", &[("user-agent", "Mozilla/5.0")], Side::Canary),
+        ("{ headers: { user-agent: { prefix: Mozilla } } }", &[("user-agent", "curl/8")], Side::Primary),
+        ("{ headers: { x-tenant: { suffix: .beta } } }", &[("x-tenant", "acme.beta")], Side::Canary),
+        ("{ headers: { x-tenant: { suffix: .beta } } }", &[("x-tenant", "acme.prod")], Side::Primary),
+        ("{ headers: { user-agent: { regex: \".*Firefox.*\" } } }", &[("user-agent", "Mozilla Firefox/120")], Side::Canary),
+        ("{ headers: { user-agent: { regex: \"^Firefox\" } } }", &[("user-agent", "Mozilla Firefox/120")], Side::Primary),
+        ("{ headers: { x-debug: { present: true } } }", &[("x-debug", "")], Side::Canary),
+        ("{ headers: { x-debug: { present: true } } }", &[], Side::Primary),
+        ("{ headers: { x-debug: { present: false } } }", &[], Side::Canary),
+        ("{ headers: { x-debug: { present: false } } }", &[("x-debug", "1")], Side::Primary),
+        // A repeated header matches if any of its values does.
+        ("{ headers: { x-group: { exact: b } } }", &[("x-group", "a"), ("x-group", "b")], Side::Canary),
+    ];
+    for (rule, headers, want) in cases {
+        let t = ab(rule);
+        let mut r = Req::new("/");
+        for (k, v) in *headers {
+            r = r.header(k, v);
+        }
+        assert_eq!(side(&t, &r), *want, "rule {rule} headers {headers:?}");
+    }
+}
+
+#[test]
+fn flagger_cookie_header_regex_keeps_working() {
+    let t = ab("{ headers: { cookie: { regex: \"^(.*?;)?(canary=always)(;.*)?$\" } } }");
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=always")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=always;a=b")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b;canary=always")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=never")), Side::Primary);
+    // HTTP/2 split cookies are joined with "; " before the regex sees them,
+    // exactly as one HTTP/1 header would carry them.
+    let split = Req::new("/").header("cookie", "canary=always").header("cookie", "a=b");
+    assert_eq!(side(&t, &split), Side::Canary);
+}
+
+#[test]
+fn cookie_matchers_parse_every_cookie_header() {
+    let t = ab("{ cookies: { canary: { exact: always } } }");
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b; canary=always; c=d")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b").header("cookie", "canary=always")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "xcanary=always")), Side::Primary);
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=alwaysx")), Side::Primary);
+    // Percent-encoded values are decoded by the cookie crate.
+    let t = ab("{ cookies: { group: { exact: \"a b\" } } }");
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "group=a%20b")), Side::Canary);
+    let t = ab("{ cookies: { session: { present: true } } }");
+    assert_eq!(side(&t, &Req::new("/").header("cookie", "session=1")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/")), Side::Primary);
+}
+
+#[test]
+fn query_method_uri_and_source_matchers() {
+    let t = ab("{ queryParams: { beta: { exact: \"1\" } } }");
+    assert_eq!(side(&t, &Req::new("/?a=2&beta=1")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/?beta=0")), Side::Primary);
+    assert_eq!(side(&t, &Req::new("/")), Side::Primary);
+    let t = ab("{ queryParams: { name: { exact: \"a b\" } } }");
+    assert_eq!(side(&t, &Req::new("/?name=a+b")), Side::Canary);
+
+    let t = ab("{ method: { exact: POST } }");
+    let mut r = Req::new("/");
+    assert_eq!(side(&t, &r), Side::Primary);
+    r.method = Method::POST;
+    assert_eq!(side(&t, &r), Side::Canary);
+
+    let t = ab("{ uri: { prefix: /api/v2 } }");
+    assert_eq!(side(&t, &Req::new("/api/v2/users?x=1")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/api/v1/users")), Side::Primary);
+    let t = ab("{ uri: { regex: \"^/items/[0-9]+$\" } }");
+    assert_eq!(side(&t, &Req::new("/items/42")), Side::Canary);
+    assert_eq!(side(&t, &Req::new("/items/42/x")), Side::Primary);
+
+    let t = ab("{ sourceIp: [\"192.0.2.0/24\", \"2001:db8::/32\"] }");
+    let mut r = Req::new("/");
+    assert_eq!(side(&t, &r), Side::Canary);
+    r.ip = "198.51.100.1".parse().unwrap();
+    assert_eq!(side(&t, &r), Side::Primary);
+    r.ip = "2001:db8::5".parse().unwrap();
+    assert_eq!(side(&t, &r), Side::Canary);
+}
+
+#[test]
+fn all_conditions_of_an_item_must_hold_any_item_may_match() {
+    let t = table(
+        "  - name: app\n    primary: blue\n    canary: green\n    match:\n      - headers: { x-a: { exact: \"1\" } }\n        method: { exact: GET }\n      - queryParams: { b: { exact: \"1\" } }\n",
+    );
+    assert_eq!(side(&t, &Req::new("/").header("x-a", "1")), Side::Canary);
+    let mut post = Req::new("/").header("x-a", "1");
+    post.method = Method::POST;
+    assert_eq!(side(&t, &post), Side::Primary, "second condition of item 0 fails");
+    assert_eq!(side(&t, &Req::new("/?b=1")), Side::Canary, "item 1 alone");
+    assert_eq!(side(&t, &Req::new("/")), Side::Primary);
+}
+
+#[test]
+fn host_then_longest_prefix() {
+    let t = table(concat!(
+        "  - { name: any-root, primary: blue, pathPrefix: / }\n",
+        "  - { name: any-api, primary: blue, pathPrefix: /api }\n",
+        "  - { name: exact-root, primary: blue, hosts: [app.example.com], pathPrefix: / }\n",
+        "  - { name: exact-api-v2, primary: blue, hosts: [app.example.com], pathPrefix: /api/v2 }\n",
+        "  - { name: wild, primary: blue, hosts: [\"*.example.com\"], pathPrefix: /wild }\n",
+        "  - { name: wild-deep, primary: blue, hosts: [\"*.eu.example.com\"], pathPrefix: / }\n",
+        "  - { name: only-exact-api, primary: blue, hosts: [api.example.com], pathPrefix: /v1 }\n",
+    ));
+    let name = |host: &str, path: &str| {
+        let h = normalize_host(host);
+        t.routing.find(&h, path).map(|i| t.routing.routes[i].name.clone())
+    };
+    assert_eq!(name("app.example.com", "/api/v2/x").as_deref(), Some("exact-api-v2"));
+    assert_eq!(name("app.example.com", "/api/v1").as_deref(), Some("exact-root"));
+    assert_eq!(name("APP.Example.com:8080", "/x").as_deref(), Some("exact-root"), "case and port ignored");
+    assert_eq!(name("app.example.com.", "/x").as_deref(), Some("exact-root"), "trailing dot ignored");
+    assert_eq!(name("x.example.com", "/wild/1").as_deref(), Some("wild"));
+    assert_eq!(name("x.example.com", "/other").as_deref(), Some("any-root"), "falls through to any-host");
+    assert_eq!(name("a.eu.example.com", "/wild").as_deref(), Some("wild-deep"), "longest wildcard first");
+    assert_eq!(name("example.com", "/wild").as_deref(), Some("any-root"), "*.x does not match x");
+    assert_eq!(name("api.example.com", "/v1/a").as_deref(), Some("only-exact-api"));
+    assert_eq!(name("api.example.com", "/api").as_deref(), Some("any-api"));
+    assert_eq!(name("other.org", "/api/x").as_deref(), Some("any-api"));
+}
+
+#[test]
+fn no_route_when_nothing_matches() {
+    let t = table("  - { name: a, primary: blue, hosts: [a.example.com], pathPrefix: /a }\n");
+    assert_eq!(t.routing.find("a.example.com", "/b"), None);
+    assert_eq!(t.routing.find("b.example.com", "/a"), None);
+}
+
+#[test]
+fn normalize_host_forms() {
+    assert_eq!(normalize_host("a.b"), "a.b");
+    assert_eq!(normalize_host("A.B:80"), "a.b");
+    assert_eq!(normalize_host("[::1]:8080"), "[::1]");
+    assert_eq!(normalize_host("[::1]"), "[::1]");
+    assert_eq!(normalize_host("127.0.0.1:1"), "127.0.0.1");
+    assert!(matches!(normalize_host("lower.case"), std::borrow::Cow::Borrowed(_)));
+}
+
+/// The 99.99% two-sided normal bound of a binomial count.
+fn bounds(n: u64, p: f64) -> (u64, u64) {
+    const Z: f64 = 3.891;
+    let mean = n as f64 * p;
+    let sd = (n as f64 * p * (1.0 - p)).sqrt();
+    ((mean - Z * sd).floor() as u64, (mean + Z * sd).ceil() as u64)
+}
+
+#[test]
+fn weighted_split_within_binomial_bound() {
+    const N: u64 = 100_000;
+    let mut rng = SmallRng::seed_from_u64(0x5eed);
+    for w in [1u8, 10, 50, 90] {
+        let t = table(&format!("  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"));
+        let route = &t.routing.routes[0];
+        let r = Req::new("/");
+        let view = r.view();
+        let canary = (0..N)
+            .filter(|_| decide(&view, route, Draw::from_u64(rng.next_u64())).side == Side::Canary)
+            .count() as u64;
+        let (lo, hi) = bounds(N, w as f64 / 100.0);
+        assert!((lo..=hi).contains(&canary), "weight {w}: {canary} canary of {N}, expected {lo}..={hi}");
+    }
+}
+
+#[test]
+fn weight_edges_are_exact() {
+    let r = Req::new("/");
+    for (w, want) in [(0u8, Side::Primary), (100, Side::Canary)] {
+        let t = table(&format!("  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"));
+        for draw in [0u8, 1, 50, 98, 99] {
+            let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: draw, mirror: 0 });
+            assert_eq!(d.side, want, "weight {w} draw {draw}");
+            assert_eq!(d.reason, Reason::Weight);
+        }
+    }
+    // Draw::from_u64 covers exactly 0..100.
+    assert_eq!(Draw::from_u64(0).weight, 0);
+    assert_eq!(Draw::from_u64(u64::MAX).weight, 99);
+    assert_eq!(Draw::from_u64(u64::MAX).mirror, 99);
+}
+
+#[test]
+fn match_wins_over_weight_and_no_canary_means_primary() {
+    let t = table("  - name: app\n    primary: blue\n    canary: green\n    canaryWeight: 0\n    match:\n      - headers: { x-canary: { exact: insider } }\n");
+    let r = Req::new("/").header("x-canary", "insider");
+    let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: 0, mirror: 0 });
+    assert_eq!((d.side, d.reason), (Side::Canary, Reason::Match));
+    let t = table("  - { name: app, primary: blue }\n");
+    let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: 0, mirror: 0 });
+    assert_eq!((d.side, d.reason, d.mirror), (Side::Primary, Reason::NoCanary, false));
+}
+
+#[test]
+fn mirror_only_for_primary_bound_requests_and_by_weight() {
+    let t = table("  - { name: app, primary: blue, canary: green, canaryWeight: 50, mirror: { weight: 30 } }\n");
+    let route = &t.routing.routes[0];
+    let r = Req::new("/");
+    let d = |w: u8, m: u8| decide(&r.view(), route, Draw { weight: w, mirror: m });
+    assert!(d(60, 29).mirror, "primary side, mirror draw under 30");
+    assert!(!d(60, 30).mirror, "mirror draw at 30 is outside");
+    assert!(!d(10, 0).mirror, "canary-bound requests are never mirrored");
+}
