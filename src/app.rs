@@ -1,16 +1,24 @@
 //! Wiring: from a validated [`Config`] to running listeners, and back down.
 //!
-//! `start` binds everything first and fails as a whole (naming the listener)
-//! if any address cannot be bound, so a half-started proxy never serves.
+//! `start` binds everything first (proxy listeners and the admin listener)
+//! and fails as a whole (naming the listener) if any address cannot be
+//! bound, so a half-started proxy never serves. `/readyz` turns ready once
+//! everything is bound and the table is loaded, and unready again when a
+//! shutdown starts.
 
 use crate::config::Config;
+use crate::control::api::{self, ApiState};
+use crate::control::events::{self, EventBus};
 use crate::control::store::TableStore;
+use crate::metrics::Metrics;
 use crate::proxy::server;
 use crate::proxy::service::ProxyShared;
 use crate::proxy::upstream::build_client;
+use crate::rollout::Engine;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -19,10 +27,22 @@ use tokio::task::JoinHandle;
 pub struct RunningApp {
     /// Listener name → bound address (port 0 resolved).
     pub listeners: Vec<(String, SocketAddr)>,
+    /// Bound address of the admin API (port 0 resolved).
+    pub admin_addr: SocketAddr,
+    /// The event stream of `/api/v1/events`; the rollout engine publishes
+    /// its events here.
+    pub events: Arc<EventBus>,
+    /// The app's Prometheus registry.
+    pub metrics: Arc<Metrics>,
+    /// Readiness as reported by `/readyz`.
+    pub ready: Arc<AtomicBool>,
     /// The table store (the in-process data plane of the engine, and tests).
     pub store: Arc<TableStore>,
     /// Shared request-path state.
     pub shared: Arc<ProxyShared>,
+    /// The rollout engine driving the config's canaries (also reachable by the
+    /// admin API's canary routes).
+    pub engine: Arc<Engine>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -36,6 +56,9 @@ impl RunningApp {
     /// Stops accepting, drains in-flight requests (bounded by the drain
     /// timeout) and waits for every task.
     pub async fn shutdown(self) {
+        self.ready.store(false, Ordering::Release);
+        // Stop the engine first: no table write during the drain.
+        self.engine.shutdown().await;
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = t.await;
@@ -50,44 +73,123 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     }
     let mut bound = Vec::new();
     for l in &cfg.listeners {
-        if l.tls.is_some() {
-            return Err(format!(
-                "listener {}: TLS termination is not available in this build yet",
-                l.name
-            ));
-        }
+        // Certificates are loaded before anything binds: a bad file fails the start.
+        let tls = match &l.tls {
+            Some(t) => Some(
+                crate::proxy::tls::Terminator::new(t)
+                    .map_err(|e| format!("listener {}: TLS: {e}", l.name))?,
+            ),
+            None => None,
+        };
         let listener = TcpListener::bind(l.address)
             .await
             .map_err(|e| format!("listener {}: cannot bind {}: {e}", l.name, l.address))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        bound.push((l.name.clone(), addr, listener));
+        bound.push((l.name.clone(), addr, listener, tls));
     }
-    let store = TableStore::new(cfg.table.clone());
+    let admin_address = cfg.admin.address;
+    let admin_listener = TcpListener::bind(admin_address)
+        .await
+        .map_err(|e| format!("admin: cannot bind {admin_address}: {e}"))?;
+    let admin_addr = admin_listener.local_addr().map_err(|e| e.to_string())?;
+    let metrics = Metrics::new();
+    let store = TableStore::with_metrics(cfg.table.clone(), metrics.clone());
     let shared = Arc::new(ProxyShared {
         store: store.clone(),
         client: build_client(&cfg.proxy),
         settings: cfg.proxy.clone(),
         started: Instant::now(),
     });
+    let events = EventBus::new();
+    let engine = Arc::new(crate::rollout::driver::start_for_app(
+        &cfg,
+        store.clone(),
+        shared.started,
+        events.clone(),
+    )?);
     let (shutdown, rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut listeners = Vec::new();
-    for (name, addr, listener) in bound {
-        tracing::info!(listener = %name, %addr, "proxy listening");
+    for (name, addr, listener, tls) in bound {
+        tracing::info!(listener = %name, %addr, tls = tls.is_some(), "proxy listening");
         listeners.push((name, addr));
         tasks.push(tokio::spawn(server::serve(
             listener,
             shared.clone(),
-            false,
+            tls,
             rx.clone(),
             cfg.proxy.drain_timeout,
         )));
     }
+    // Endpoint drivers: health checks and readiness-gated rolling updates (DESIGN §7);
+    // the rollout engine reads a deployment as finished once its rotation caught up.
+    tasks.push(crate::endpoints::driver::spawn(
+        store.clone(),
+        crate::endpoints::driver::DriverOptions {
+            drain_timeout: cfg.proxy.drain_timeout,
+            on_event: Some({
+                let bus = events.clone();
+                Arc::new(move |e| {
+                    if let Ok(v) = serde_json::to_value(e) {
+                        bus.publish("endpoints", v);
+                    }
+                })
+            }),
+        },
+        rx.clone(),
+    ));
+    tasks.push(tokio::spawn(events::forward_table_changes(
+        store.subscribe(),
+        events.clone(),
+        rx.clone(),
+    )));
+    tasks.push(tokio::spawn(metrics_upkeep(metrics.clone(), rx.clone())));
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = Arc::new(ApiState {
+        store: store.clone(),
+        shared: shared.clone(),
+        metrics: metrics.clone(),
+        events: events.clone(),
+        token: cfg.admin.token.clone(),
+        ready: ready.clone(),
+        shutdown: rx.clone(),
+        ext: {
+            let mut ext = http::Extensions::new();
+            ext.insert(engine.clone());
+            ext
+        },
+    });
+    tracing::info!(%admin_addr, auth = cfg.admin.token.is_some(), "admin API listening");
+    tasks.push(tokio::spawn(api::serve(
+        admin_listener,
+        state,
+        rx.clone(),
+        cfg.proxy.drain_timeout,
+    )));
+    // Every listener is bound and the table is installed: ready.
+    ready.store(true, Ordering::Release);
     Ok(RunningApp {
         listeners,
+        admin_addr,
+        events,
+        metrics,
+        ready,
         store,
         shared,
+        engine,
         shutdown,
         tasks,
     })
+}
+
+/// Folds recorded histogram samples into their buckets every few seconds
+/// (the exporter keeps raw samples until then).
+async fn metrics_upkeep(metrics: Arc<Metrics>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => metrics.upkeep(),
+            _ = shutdown.changed() => return,
+        }
+    }
 }

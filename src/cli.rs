@@ -35,6 +35,14 @@ enum Command {
         #[arg(short, long, default_value = "config/weir.yaml")]
         config: PathBuf,
     },
+    /// Exit 0 when GET URL answers 2xx within the timeout (container health checks).
+    Probe {
+        /// e.g. http://127.0.0.1:9901/readyz
+        url: String,
+        /// Timeout of the whole exchange.
+        #[arg(long, value_parser = parse_duration_arg, default_value = "2s")]
+        timeout: std::time::Duration,
+    },
     /// A small backend for demos, tests and benchmarks.
     Echo {
         /// Address to listen on.
@@ -53,6 +61,220 @@ enum Command {
         #[arg(long)]
         workers: Option<usize>,
     },
+    /// A release end to end in one process: backends, proxy, engine, live output;
+    /// exit 0 when the outcome is the expected one.
+    Demo {
+        /// Which release to play.
+        #[arg(long, value_enum, default_value = "promote")]
+        scenario: crate::demo::Scenario,
+    },
+    /// Client of the control API (readable tables; --json for raw JSON).
+    Ctl {
+        /// Base URL of the control API.
+        #[arg(
+            long,
+            global = true,
+            env = "WEIR_API",
+            default_value = "http://127.0.0.1:9901"
+        )]
+        api: String,
+        /// File holding the bearer token (admin.tokenFile of the server).
+        #[arg(long, global = true, env = "WEIR_TOKEN_FILE")]
+        token_file: Option<PathBuf>,
+        /// Print the API's JSON instead of tables.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CtlCmd {
+    /// Readiness, table version, and per route the weight and the idle slot.
+    Status,
+    /// The routes of the table.
+    Routes,
+    /// Windowed stats per route and role.
+    Stats {
+        /// Only this route.
+        #[arg(long)]
+        route: Option<String>,
+        /// Window (whole seconds, 1s..600s).
+        #[arg(long, default_value = "60s")]
+        window: String,
+    },
+    /// Set a route's canary weight (0..100).
+    SetWeight {
+        /// Route name.
+        route: String,
+        /// Percent of traffic to the canary.
+        #[arg(allow_negative_numbers = true)]
+        weight: i64,
+    },
+    /// Live view of weights and per-role success rate and p99; with a CANARY, its
+    /// rollout live: the current state, then one line per event.
+    Watch {
+        /// Follow this canary's rollout instead of the route stats.
+        canary: Option<String>,
+        /// Only this route.
+        #[arg(long)]
+        route: Option<String>,
+        /// Stats window (whole seconds, 1s..600s).
+        #[arg(long, default_value = "10s")]
+        window: String,
+        /// Time between refreshes.
+        #[arg(long, value_parser = parse_duration_arg, default_value = "1s")]
+        interval: std::time::Duration,
+        /// Stop after N refreshes, or N events with a CANARY (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// The canaries: phase, weights, iteration, failed checks, revision, slots; with a
+    /// NAME, that canary's last checks and recent events.
+    Canaries {
+        /// Only this canary, in detail.
+        name: Option<String>,
+    },
+    /// Start a run of a canary for a revision (restarts a run in progress).
+    Start {
+        /// Canary name.
+        canary: String,
+        /// Revision label of the run.
+        #[arg(long)]
+        revision: String,
+    },
+    /// Skip the remaining analysis and promote.
+    Promote {
+        /// Canary name.
+        canary: String,
+    },
+    /// Roll back the run in progress.
+    Abort {
+        /// Canary name.
+        canary: String,
+    },
+    /// Freeze a canary: no tick, no check, no step.
+    Pause {
+        /// Canary name.
+        canary: String,
+    },
+    /// Continue a paused canary.
+    Resume {
+        /// Canary name.
+        canary: String,
+    },
+}
+
+fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -> ExitCode {
+    use std::io::IsTerminal;
+    let token = match token_file.as_deref().map(crate::ctl::read_token_file) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    use crate::rollout::ctl::CanaryCommand;
+    let canary_cmd = match &cmd {
+        CtlCmd::Watch {
+            canary: Some(name),
+            count,
+            ..
+        } => Some(CanaryCommand::Watch {
+            name: Some(name.clone()),
+            count: *count,
+        }),
+        CtlCmd::Canaries { name } => Some(CanaryCommand::Show { name: name.clone() }),
+        CtlCmd::Start { canary, revision } => Some(CanaryCommand::Start {
+            name: canary.clone(),
+            revision: revision.clone(),
+        }),
+        CtlCmd::Promote { canary } => Some(CanaryCommand::Promote {
+            name: canary.clone(),
+        }),
+        CtlCmd::Abort { canary } => Some(CanaryCommand::Abort {
+            name: canary.clone(),
+        }),
+        CtlCmd::Pause { canary } => Some(CanaryCommand::Pause {
+            name: canary.clone(),
+        }),
+        CtlCmd::Resume { canary } => Some(CanaryCommand::Resume {
+            name: canary.clone(),
+        }),
+        _ => None,
+    };
+    if let Some(c) = canary_cmd {
+        let target = crate::rollout::ctl::Target { api, token, json };
+        let rt = match runtime(Some(1)) {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("cannot start runtime: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut out = std::io::stdout();
+        return match rt.block_on(crate::rollout::ctl::run(&target, &c, &mut out)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                match e {
+                    crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
+                    _ => ExitCode::FAILURE,
+                }
+            }
+        };
+    }
+    let command = match cmd {
+        CtlCmd::Status => crate::ctl::CtlCommand::Status,
+        CtlCmd::Routes => crate::ctl::CtlCommand::Routes,
+        CtlCmd::Stats { route, window } => crate::ctl::CtlCommand::Stats { route, window },
+        CtlCmd::SetWeight { route, weight } => crate::ctl::CtlCommand::SetWeight { route, weight },
+        CtlCmd::Watch {
+            route,
+            window,
+            interval,
+            count,
+            ..
+        } => crate::ctl::CtlCommand::Watch {
+            route,
+            window,
+            interval,
+            count,
+        },
+        // Handled above.
+        CtlCmd::Canaries { .. }
+        | CtlCmd::Start { .. }
+        | CtlCmd::Promote { .. }
+        | CtlCmd::Abort { .. }
+        | CtlCmd::Pause { .. }
+        | CtlCmd::Resume { .. } => return ExitCode::from(2),
+    };
+    let opts = crate::ctl::CtlOptions {
+        api,
+        token,
+        json,
+        redraw: std::io::stdout().is_terminal(),
+    };
+    let rt = match runtime(Some(1)) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout();
+    match rt.block_on(crate::ctl::run(&opts, &command, &mut out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
@@ -62,9 +284,9 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     config::parse_duration(s)
 }
 
-fn init_logging() {
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(true)
@@ -89,7 +311,13 @@ fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // The client prints tables on stdout: no log lines there.
+    match cli.cmd {
+        Command::Ctl { .. } => {}
+        // The demo prints the rollout itself; logs only for problems.
+        Command::Demo { .. } => init_logging("warn,weir::rollout=off"),
+        _ => init_logging("info"),
+    }
     match cli.cmd {
         Command::Check { config } => match config::load_file(&config) {
             Ok(c) => {
@@ -126,6 +354,20 @@ pub fn main() -> ExitCode {
             };
             rt.block_on(serve(cfg))
         }
+        Command::Probe { url, timeout } => match crate::probe::status(&url, timeout) {
+            Ok(code @ 200..=299) => {
+                println!("{url}: {code}");
+                ExitCode::SUCCESS
+            }
+            Ok(code) => {
+                eprintln!("{url}: HTTP {code}");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("{url}: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Echo {
             listen,
             version,
@@ -157,6 +399,13 @@ pub fn main() -> ExitCode {
                 }
             }
         }
+        Command::Ctl {
+            api,
+            token_file,
+            json,
+            cmd,
+        } => ctl_main(api, token_file, json, cmd),
+        Command::Demo { scenario } => crate::demo::main(scenario),
     }
 }
 

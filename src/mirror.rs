@@ -224,8 +224,13 @@ pub fn dispatch(
         let (tee, rx) = TeeBody::new(body, policy.max_body_bytes);
         (ProxyBody::tee(tee), Some(rx))
     };
+    // The copy speaks the canary backend's own protocol and TLS setting.
+    let canary_spec = snap.spec.backends.get(&canary.name);
+    let protocol = canary_spec.map_or(crate::config::UpstreamProtocol::Http1, |b| b.protocol);
+    let tls = canary_spec.and_then(|b| b.tls.clone());
     let counters = rt.mirror.clone();
     let stats = rt.stats.clone();
+    let metrics = rt.metrics.clone();
     let canary = canary.clone();
     let timeout = route.timeout;
     let shared = shared.clone();
@@ -247,32 +252,54 @@ pub fn dispatch(
         };
         counters.sent.fetch_add(1, Ordering::Relaxed);
         let start = std::time::Instant::now();
-        let failed = send_copy(&shared, &canary, method, &path, headers, chunks, timeout).await;
+        let outcome = send_copy(
+            &shared,
+            &canary,
+            (protocol, tls.as_ref()),
+            method,
+            &path,
+            headers,
+            chunks,
+            timeout,
+        )
+        .await;
         let now = std::time::Instant::now();
+        let latency = now.duration_since(start);
+        let failed = !matches!(outcome, Ok(status) if status < 500);
         stats.record(
             crate::stats::Role::Mirror,
             shared.now_sec(now),
             failed,
-            now.duration_since(start).as_micros() as u64,
+            latency.as_micros() as u64,
         );
+        match outcome {
+            Ok(status) => metrics.record(crate::stats::Role::Mirror, status, latency),
+            Err(e) => metrics.record_proxy_error(crate::stats::Role::Mirror, e, latency),
+        }
     });
     primary_body
 }
 
 /// Sends one shadow request and reads (then discards) its answer; returns
-/// whether it failed (no endpoint, connect error, timeout or 5xx).
+/// its status, or why no answer came (no endpoint, connect error, timeout).
+#[allow(clippy::too_many_arguments)]
 async fn send_copy(
     shared: &crate::proxy::service::ProxyShared,
     canary: &crate::proxy::upstream::Backend,
+    (protocol, tls): (
+        crate::config::UpstreamProtocol,
+        Option<&crate::config::UpstreamTls>,
+    ),
     method: http::Method,
     path: &str,
     mut headers: http::HeaderMap,
     chunks: Vec<Bytes>,
     timeout: std::time::Duration,
-) -> bool {
+) -> Result<u16, crate::proxy::errors::ProxyError> {
+    use crate::proxy::errors::ProxyError;
     use http_body_util::BodyExt;
     let Some(ep) = canary.pick(crate::proxy::service::random_u64()) else {
-        return true;
+        return Err(ProxyError::NoEndpoint);
     };
     let _in_flight = crate::proxy::upstream::InFlight::start(ep.clone());
     let body: Bytes = if chunks.len() == 1 {
@@ -284,25 +311,31 @@ async fn send_copy(
         http::header::CONTENT_LENGTH,
         http::HeaderValue::from(body.len()),
     );
-    let uri = format!("http://{}{}", ep.authority, path);
+    let Ok(client) = shared.client.client_for(protocol, tls) else {
+        return Err(ProxyError::Upstream);
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = format!("{scheme}://{}{}", ep.authority, path);
     let Ok(uri) = uri.parse::<http::Uri>() else {
-        return true;
+        return Err(ProxyError::BadRequest);
     };
     let mut req = http::Request::new(crate::proxy::body::ProxyBody::full(body));
     *req.method_mut() = method;
     *req.uri_mut() = uri;
     *req.headers_mut() = headers;
     let exchange = async {
-        let resp = shared.client.request(req).await.ok()?;
-        let status = resp.status();
+        let resp = client
+            .request(req)
+            .await
+            .map_err(|_| ProxyError::Upstream)?;
+        let status = resp.status().as_u16();
         // Read the answer so the pooled connection can be reused; capped.
         let _ = http_body_util::Limited::new(resp.into_body(), 4 << 20)
             .collect()
             .await;
-        Some(status)
+        Ok(status)
     };
-    match tokio::time::timeout(timeout, exchange).await {
-        Ok(Some(status)) => status.is_server_error(),
-        _ => true,
-    }
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(ProxyError::Timeout))
 }

@@ -18,18 +18,26 @@ impl Jar {
         if self.cookies.is_empty() {
             return None;
         }
-        Some(self.cookies.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("; "))
+        Some(
+            self.cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
     }
     fn absorb(&mut self, r: &Resp) -> Vec<String> {
         let mut raw = Vec::new();
         for v in r.headers.get_all("set-cookie") {
             let s = v.to_str().unwrap().to_string();
             let c = cookie::Cookie::parse(s.clone()).expect("valid Set-Cookie");
-            let expired = c.max_age().is_some_and(|m| m.whole_seconds() <= 0) || s.contains("Max-Age=-1");
+            let expired =
+                c.max_age().is_some_and(|m| m.whole_seconds() <= 0) || s.contains("Max-Age=-1");
             if expired {
                 self.cookies.remove(c.name());
             } else {
-                self.cookies.insert(c.name().to_string(), c.value().to_string());
+                self.cookies
+                    .insert(c.name().to_string(), c.value().to_string());
             }
             raw.push(s);
         }
@@ -37,9 +45,16 @@ impl Jar {
     }
 }
 
-async fn jar_get(c: &TestClient, addr: std::net::SocketAddr, jar: &mut Jar) -> (String, Vec<String>) {
+async fn jar_get(
+    c: &TestClient,
+    addr: std::net::SocketAddr,
+    jar: &mut Jar,
+) -> (String, Vec<String>) {
     let h = jar.header();
-    let headers: Vec<(&str, &str)> = h.as_deref().map(|v| vec![("cookie", v)]).unwrap_or_default();
+    let headers: Vec<(&str, &str)> = h
+        .as_deref()
+        .map(|v| vec![("cookie", v)])
+        .unwrap_or_default();
     let r = get_once(c, addr, "/", &headers).await;
     assert_eq!(r.status, 200);
     let set = jar.absorb(&r);
@@ -52,7 +67,12 @@ const AFFINITY: &str = "    sessionAffinity:\n      cookieName: weir-canary\n   
 async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after() {
     let blue = echo("v1").await;
     let green = echo("v2").await;
-    let app = proxy(&two_slot_config(blue.addr, green.addr, &format!("    canaryWeight: 30\n{AFFINITY}"))).await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        green.addr,
+        &format!("    canaryWeight: 30\n{AFFINITY}"),
+    ))
+    .await;
     let c = client();
     const CLIENTS: u64 = 200;
     let mut jars = Vec::new();
@@ -73,8 +93,15 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
         jars.push((first, jar));
     }
     let (lo, hi) = binomial_bounds(CLIENTS, 0.3, Z_9999);
-    assert!((lo..=hi).contains(&on_canary), "{on_canary} of {CLIENTS} clients pinned to canary; bound {lo}..={hi}");
-    let run1 = app.store.load().spec.routing.routes[0].affinity_state.canary_value.clone().unwrap();
+    assert!(
+        (lo..=hi).contains(&on_canary),
+        "{on_canary} of {CLIENTS} clients pinned to canary; bound {lo}..={hi}"
+    );
+    let run1 = app.store.load().spec.routing.routes[0]
+        .affinity_state
+        .canary_value
+        .clone()
+        .unwrap();
 
     // End of the run: weight back to 0.
     app.store
@@ -87,13 +114,27 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
     let mut checked = 0;
     for (first, jar) in jars.iter_mut().filter(|(f, _)| f == "v2").take(20) {
         let (v, set) = jar_get(&c, app.proxy_addr(), jar).await;
-        assert_eq!(v, "v1", "after the run a {first} client lands on the primary");
-        let del = set.iter().find(|s| s.starts_with("weir-canary=")).expect("deleting Set-Cookie");
+        assert_eq!(
+            v, "v1",
+            "after the run a {first} client lands on the primary"
+        );
+        let del = set
+            .iter()
+            .find(|s| s.starts_with("weir-canary="))
+            .expect("deleting Set-Cookie");
         let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
-        for want in [format!("weir-canary={run1}").as_str(), "Max-Age=-1", "Domain=app.test", "Path=/"] {
+        for want in [
+            format!("weir-canary={run1}").as_str(),
+            "Max-Age=-1",
+            "Domain=app.test",
+            "Path=/",
+        ] {
             assert!(parts.contains(want), "{want:?} missing in {del:?}");
         }
-        assert!(!jar.cookies.contains_key("weir-canary"), "the jar deleted it");
+        assert!(
+            !jar.cookies.contains_key("weir-canary"),
+            "the jar deleted it"
+        );
         checked += 1;
     }
     assert!(checked > 0);
@@ -106,7 +147,11 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
         })
         .map_err(|e| format!("{e:?}"))
         .unwrap();
-    let run2 = app.store.load().spec.routing.routes[0].affinity_state.canary_value.clone().unwrap();
+    let run2 = app.store.load().spec.routing.routes[0]
+        .affinity_state
+        .canary_value
+        .clone()
+        .unwrap();
     assert_ne!(run1, run2);
     let mut saw_new = false;
     for _ in 0..200 {
@@ -118,14 +163,22 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
             break;
         }
     }
-    assert!(saw_new, "no client landed on the canary in 200 tries at 30%");
+    assert!(
+        saw_new,
+        "no client landed on the canary in 200 tries at 30%"
+    );
 }
 
 #[tokio::test]
 async fn a_forged_or_stale_cookie_cannot_select_the_canary() {
     let blue = echo("v1").await;
     let green = echo("v2").await;
-    let app = proxy(&two_slot_config(blue.addr, green.addr, &format!("    canaryWeight: 0\n{AFFINITY}"))).await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        green.addr,
+        &format!("    canaryWeight: 0\n{AFFINITY}"),
+    ))
+    .await;
     let c = client();
     for cookie in ["weir-canary=anything", "weir-canary=AAAAAAAAAAAAAAAA"] {
         for _ in 0..20 {

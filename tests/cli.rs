@@ -13,7 +13,12 @@ fn every_shipped_config_passes_check() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "yaml") {
             let out = weir().args(["check", "-c"]).arg(&path).output().unwrap();
-            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
             n += 1;
         }
     }

@@ -27,10 +27,18 @@ async fn recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, String)>>>)
                 let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                     let seen = seen.clone();
                     async move {
-                        let h = |n: &str| req.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                        let h = |n: &str| {
+                            req.headers()
+                                .get(n)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string()
+                        };
                         seen.lock().unwrap().push((h("host"), h("x-weir-mirror")));
                         let _ = req.into_body().collect().await;
-                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::from("shadow\n"))))
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
+                            Bytes::from("shadow\n"),
+                        )))
                     }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -46,12 +54,21 @@ async fn recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, String)>>>)
 async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
     let blue = echo("v1").await;
     let (shadow, seen) = recorder().await;
-    let app = proxy(&two_slot_config(blue.addr, shadow, "    mirror: { weight: 50 }\n")).await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        shadow,
+        "    mirror: { weight: 50 }\n",
+    ))
+    .await;
     let c = client();
     const N: u64 = 4000;
     for _ in 0..N {
         let r = get_once(&c, app.proxy_addr(), "/", &[("host", "shop.test:8080")]).await;
-        assert_eq!((r.status, r.version()), (200, Some("v1")), "client only sees the primary");
+        assert_eq!(
+            (r.status, r.version()),
+            (200, Some("v1")),
+            "client only sees the primary"
+        );
     }
     let counters = app.store.load().routes[0].mirror.clone();
     let done = eventually(Duration::from_secs(20), || {
@@ -64,16 +81,30 @@ async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
     let seen = seen.lock().unwrap().clone();
     let n = seen.len() as u64;
     let (lo, hi) = binomial_bounds(N, 0.5, Z_9999);
-    assert!((lo..=hi).contains(&n), "{n} copies of {N}; bound {lo}..={hi}");
-    assert!(seen.iter().all(|(h, m)| h == "shop.test-shadow:8080" && m == "1"), "{:?}", &seen[..3]);
+    assert!(
+        (lo..=hi).contains(&n),
+        "{n} copies of {N}; bound {lo}..={hi}"
+    );
+    assert!(
+        seen.iter()
+            .all(|(h, m)| h == "shop.test-shadow:8080" && m == "1"),
+        "{:?}",
+        &seen[..3]
+    );
     let stats = app.store.route_stats("app").unwrap();
-    let s = stats.snapshot(Role::Mirror, app.shared.now_sec(Instant::now()), 600).summary();
+    let s = stats
+        .snapshot(Role::Mirror, app.shared.now_sec(Instant::now()), 600)
+        .summary();
     assert_eq!(s.requests, n, "mirror answers recorded as role mirror");
 }
 
 async fn primary_p99_ms(app: &weir::app::RunningApp) -> f64 {
     let stats = app.store.route_stats("app").unwrap();
-    stats.snapshot(Role::Primary, app.shared.now_sec(Instant::now()), 600).summary().p99_ms.unwrap()
+    stats
+        .snapshot(Role::Primary, app.shared.now_sec(Instant::now()), 600)
+        .summary()
+        .p99_ms
+        .unwrap()
 }
 
 #[tokio::test]
@@ -85,7 +116,12 @@ async fn a_slow_or_dead_mirror_never_hurts_the_primary() {
         l.local_addr().unwrap()
     };
     for target in [slow.addr, dead] {
-        let app = proxy(&two_slot_config(blue.addr, target, "    mirror: { weight: 100, maxInFlight: 64 }\n")).await;
+        let app = proxy(&two_slot_config(
+            blue.addr,
+            target,
+            "    mirror: { weight: 100, maxInFlight: 64 }\n",
+        ))
+        .await;
         let c = client();
         for _ in 0..300 {
             let r = get_once(&c, app.proxy_addr(), "/", &[]).await;
@@ -94,10 +130,17 @@ async fn a_slow_or_dead_mirror_never_hurts_the_primary() {
         // Were the mirror awaited on the primary path, the primary's p99
         // would be ≥ 2000 ms (slow) or include connect errors (dead).
         let p99 = primary_p99_ms(&app).await;
-        assert!(p99 < 500.0, "primary p99 {p99} ms with mirror target {target}");
+        assert!(
+            p99 < 500.0,
+            "primary p99 {p99} ms with mirror target {target}"
+        );
         let rt = &app.store.load().routes[0];
-        let started = rt.mirror.sent.load(Ordering::Relaxed) + rt.mirror.dropped_busy.load(Ordering::Relaxed);
-        assert_eq!(started, 300, "every request was mirrored or counted as dropped");
+        let started =
+            rt.mirror.sent.load(Ordering::Relaxed) + rt.mirror.dropped_busy.load(Ordering::Relaxed);
+        assert_eq!(
+            started, 300,
+            "every request was mirrored or counted as dropped"
+        );
     }
 }
 
@@ -105,7 +148,12 @@ async fn a_slow_or_dead_mirror_never_hurts_the_primary() {
 async fn a_5_mib_upload_goes_to_primary_and_is_not_mirrored() {
     let blue = echo("v1").await;
     let (shadow, seen) = recorder().await;
-    let app = proxy(&two_slot_config(blue.addr, shadow, "    mirror: { weight: 100 }\n")).await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        shadow,
+        "    mirror: { weight: 100 }\n",
+    ))
+    .await;
     let c = client();
     const SIZE: usize = 5 << 20;
     let req = http::Request::post(format!("http://{}/echo", app.proxy_addr()))
@@ -120,37 +168,56 @@ async fn a_5_mib_upload_goes_to_primary_and_is_not_mirrored() {
         .unwrap();
     assert_eq!(send(&c, req).await.status, 200);
     let rt = app.store.load().routes[0].mirror.clone();
-    assert!(eventually(Duration::from_secs(10), || {
-        let n = seen.lock().unwrap().len();
-        async move { n == 1 }
-    })
-    .await);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let n = seen.lock().unwrap().len();
+            async move { n == 1 }
+        })
+        .await
+    );
     assert_eq!(rt.dropped_too_large.load(Ordering::Relaxed), 1);
     assert_eq!(rt.sent.load(Ordering::Relaxed), 1);
 
     // Chunked (no Content-Length): the tee notices the cap while streaming.
-    let chunks: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> =
-        (0..32).map(|_| Ok(hyper::body::Frame::data(Bytes::from(vec![b'y'; 64 << 10])))).collect();
+    let chunks: Vec<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>> = (0..32)
+        .map(|_| Ok(hyper::body::Frame::data(Bytes::from(vec![b'y'; 64 << 10]))))
+        .collect();
     let body = http_body_util::StreamBody::new(futures_iter(chunks));
     let streaming: hyper_util::client::legacy::Client<_, _> =
         hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
-    let req = http::Request::post(format!("http://{}/echo", app.proxy_addr())).body(body).unwrap();
+    let req = http::Request::post(format!("http://{}/echo", app.proxy_addr()))
+        .body(body)
+        .unwrap();
     let resp = streaming.request(req).await.unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_eq!(doc["bodyBytes"], 32 * (64 << 10) as u64, "primary got the whole chunked body");
-    assert!(eventually(Duration::from_secs(10), || {
-        let n = rt.dropped_too_large.load(Ordering::Relaxed);
-        async move { n == 2 }
-    })
-    .await);
-    assert_eq!(seen.lock().unwrap().len(), 1, "the 2 MiB chunked body was not mirrored");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(
+        doc["bodyBytes"],
+        32 * (64 << 10) as u64,
+        "primary got the whole chunked body"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let n = rt.dropped_too_large.load(Ordering::Relaxed);
+            async move { n == 2 }
+        })
+        .await
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "the 2 MiB chunked body was not mirrored"
+    );
 }
 
 fn futures_iter<T: Unpin>(items: Vec<T>) -> impl futures_core::Stream<Item = T> + Unpin {
     struct S<T>(std::collections::VecDeque<T>);
     impl<T: Unpin> futures_core::Stream for S<T> {
         type Item = T;
-        fn poll_next(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Option<T>> {
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<T>> {
             std::task::Poll::Ready(self.0.pop_front())
         }
     }

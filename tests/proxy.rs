@@ -12,7 +12,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 async fn weighted_split_of_5000_requests_at_20_percent() {
     let blue = echo("v1").await;
     let green = echo("v2").await;
-    let app = proxy(&two_slot_config(blue.addr, green.addr, "    canaryWeight: 20\n")).await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        green.addr,
+        "    canaryWeight: 20\n",
+    ))
+    .await;
     let c = client();
     const N: u64 = 5000;
     let mut canary = 0u64;
@@ -26,7 +31,10 @@ async fn weighted_split_of_5000_requests_at_20_percent() {
         }
     }
     let (lo, hi) = binomial_bounds(N, 0.2, Z_9999);
-    assert!((lo..=hi).contains(&canary), "{canary} of {N} to canary; 99.99% bound {lo}..={hi}");
+    assert!(
+        (lo..=hi).contains(&canary),
+        "{canary} of {N} to canary; 99.99% bound {lo}..={hi}"
+    );
 }
 
 #[tokio::test]
@@ -44,8 +52,18 @@ async fn each_ab_matcher_sends_matches_to_canary_and_the_rest_to_primary() {
         (get(a, "/", &[("cookie", "canary=never")]), "v1"),
         (get(a, "/?beta=yes", &[]), "v2"),
         (get(a, "/?beta=no", &[]), "v1"),
-        (http::Request::delete(format!("http://{a}/")).body(Full::new(Bytes::new())).unwrap(), "v2"),
-        (http::Request::put(format!("http://{a}/")).body(Full::new(Bytes::new())).unwrap(), "v1"),
+        (
+            http::Request::delete(format!("http://{a}/"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+            "v2",
+        ),
+        (
+            http::Request::put(format!("http://{a}/"))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+            "v1",
+        ),
         (get(a, "/v2/items", &[]), "v2"),
         (get(a, "/v1/items", &[]), "v1"),
         (get(a, "/", &[("cookie", "flagger=always; x=1")]), "v2"),
@@ -98,11 +116,24 @@ async fn backend_sees_forwarded_headers_and_no_hop_by_hop() {
     .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-served-by"), Some("weir"));
-    assert!(r.header("x-weir-echo-requests").is_none(), "response edit removes it");
+    assert!(
+        r.header("x-weir-echo-requests").is_none(),
+        "response edit removes it"
+    );
     let seen = r.json();
     let h = &seen["headers"];
-    for gone in ["connection", "x-private", "keep-alive", "te", "proxy-connection", "x-drop"] {
-        assert!(h.get(gone).is_none(), "backend saw hop-by-hop/removed header {gone}: {h}");
+    for gone in [
+        "connection",
+        "x-private",
+        "keep-alive",
+        "te",
+        "proxy-connection",
+        "x-drop",
+    ] {
+        assert!(
+            h.get(gone).is_none(),
+            "backend saw hop-by-hop/removed header {gone}: {h}"
+        );
     }
     assert_eq!(h["host"][0], "shop.example.com", "client Host kept");
     assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
@@ -180,7 +211,11 @@ async fn proxy_made_errors_have_the_right_status_and_the_proxy_stays_up() {
         assert_eq!(r.header("x-weir-error"), Some(code));
     }
     let r = get_once(&c, a, "/", &[("host", "ok.test")]).await;
-    assert_eq!((r.status, r.version()), (200, Some("v1")), "still serving after errors");
+    assert_eq!(
+        (r.status, r.version()),
+        (200, Some("v1")),
+        "still serving after errors"
+    );
 }
 
 #[tokio::test]
@@ -205,11 +240,20 @@ async fn failed_requests_count_against_their_side() {
 #[tokio::test]
 async fn requests_without_host_are_rejected() {
     let blue = echo("v1").await;
-    let app = proxy(&format!("backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n", blue.addr)).await;
-    let mut s = tokio::net::TcpStream::connect(app.proxy_addr()).await.unwrap();
+    let app = proxy(&format!(
+        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
+        blue.addr
+    ))
+    .await;
+    let mut s = tokio::net::TcpStream::connect(app.proxy_addr())
+        .await
+        .unwrap();
     s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with("HTTP/1.0 400") || text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.0 400") || text.starts_with("HTTP/1.1 400"),
+        "{text}"
+    );
 }

@@ -27,7 +27,11 @@ fn peak_rss_kib() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_mib_up_and_down_stream_without_buffering() {
     let blue = echo("v1").await;
-    let app = proxy(&format!("backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n", blue.addr)).await;
+    let app = proxy(&format!(
+        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
+        blue.addr
+    ))
+    .await;
     // Warm up: connections, buffers, lazy statics.
     let c = client();
     get_once(&c, app.proxy_addr(), "/bytes?n=1000", &[]).await;
@@ -44,7 +48,8 @@ async fn ten_mib_up_and_down_stream_without_buffering() {
         .unwrap();
     let resp = up.request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
-    let doc: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(doc["bodyBytes"], SIZE as u64);
 
     // Download: consumed frame by frame.
@@ -63,14 +68,24 @@ async fn ten_mib_up_and_down_stream_without_buffering() {
     let growth_kib = peak_rss_kib().saturating_sub(before);
     // Buffering either body whole would add at least 10 MiB; streaming adds
     // only socket and chunk buffers. 4 MiB leaves room for allocator noise.
-    assert!(growth_kib < 4 * 1024, "peak RSS grew by {growth_kib} KiB while streaming 2×10 MiB");
+    assert!(
+        growth_kib < 4 * 1024,
+        "peak RSS grew by {growth_kib} KiB while streaming 2×10 MiB"
+    );
 }
 
-fn futures_stream(n: usize, chunk: Bytes) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> + Send + Unpin {
+fn futures_stream(
+    n: usize,
+    chunk: Bytes,
+) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> + Send + Unpin
+{
     struct S(usize, Bytes);
     impl futures_core::Stream for S {
         type Item = Result<Frame<Bytes>, std::convert::Infallible>;
-        fn poll_next(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
             if self.0 == 0 {
                 return std::task::Poll::Ready(None);
             }

@@ -8,8 +8,19 @@ const CANARY_V: &str = "CanaryRun2xxxxxxx";
 const PRIMARY_V: &str = "PrimaryStep5xxxxx";
 const OLD_V: &str = "CanaryRun1xxxxxxx";
 
-fn route(weight: u8, primary_cookie: bool, state: (&str, &str, &str), matches: bool) -> crate::routing::Route {
-    let opt = |s: &str| if s.is_empty() { "null".to_string() } else { format!("\"{s}\"") };
+fn route(
+    weight: u8,
+    primary_cookie: bool,
+    state: (&str, &str, &str),
+    matches: bool,
+) -> crate::routing::Route {
+    let opt = |s: &str| {
+        if s.is_empty() {
+            "null".to_string()
+        } else {
+            format!("\"{s}\"")
+        }
+    };
     let yaml = format!(
         "backends:\n  blue: {{ endpoints: [\"127.0.0.1:1\"] }}\n  green: {{ endpoints: [\"127.0.0.1:2\"] }}\nroutes:\n  - name: app\n    primary: blue\n    canary: green\n    canaryWeight: {weight}\n{}    sessionAffinity:\n      cookieName: weir-canary\n      maxAge: 21600\n{}      primaryMaxAge: 60\n      domain: example.com\n      path: /shop\n      httpOnly: true\n      secure: true\n      sameSite: Lax\n      partitioned: true\n    affinityState: {{ canaryValue: {}, primaryValue: {}, previousCanaryValue: {} }}\n",
         if matches { "    match:\n      - headers: { x-canary: { exact: insider } }\n" } else { "" },
@@ -19,10 +30,19 @@ fn route(weight: u8, primary_cookie: bool, state: (&str, &str, &str), matches: b
         opt(state.2),
     );
     let raw: RawTable = serde_saphyr::from_str(&yaml).expect("yaml");
-    compile_table(&raw).unwrap_or_else(|e| panic!("{e:?}")).routing.routes.remove(0)
+    compile_table(&raw)
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .routing
+        .routes
+        .remove(0)
 }
 
-fn run(r: &crate::routing::Route, cookies: &[&str], headers: &[(&'static str, &str)], draw_canary: bool) -> Decision {
+fn run(
+    r: &crate::routing::Route,
+    cookies: &[&str],
+    headers: &[(&'static str, &str)],
+    draw_canary: bool,
+) -> Decision {
     let mut h = HeaderMap::new();
     for c in cookies {
         h.append("cookie", HeaderValue::from_str(c).unwrap());
@@ -31,9 +51,17 @@ fn run(r: &crate::routing::Route, cookies: &[&str], headers: &[(&'static str, &s
         h.append(*k, HeaderValue::from_str(v).unwrap());
     }
     let m = Method::GET;
-    let view = crate::routing::RequestView::new("app", "/", None, &m, &h, "127.0.0.1".parse().unwrap());
+    let view =
+        crate::routing::RequestView::new("app", "/", None, &m, &h, "127.0.0.1".parse().unwrap());
     // Weight 30: draw 0 picks the canary, draw 99 the primary.
-    decide(&view, r, Draw { weight: if draw_canary { 0 } else { 99 }, mirror: 99 })
+    decide(
+        &view,
+        r,
+        Draw {
+            weight: if draw_canary { 0 } else { 99 },
+            mirror: 99,
+        },
+    )
 }
 
 fn set_cookies(r: &crate::routing::Route, d: &Decision) -> Vec<String> {
@@ -89,10 +117,24 @@ fn unpinned_requests_get_the_cookie_of_the_side_drawn() {
     let r = route(30, true, (CANARY_V, PRIMARY_V, ""), false);
     let d = run(&r, &[], &[], true);
     assert_eq!(d.side, Side::Canary);
-    assert_eq!(d.cookies, CookieActions { set_canary: true, set_primary: false, expire_canary: None });
+    assert_eq!(
+        d.cookies,
+        CookieActions {
+            set_canary: true,
+            set_primary: false,
+            expire_canary: None
+        }
+    );
     let d = run(&r, &[], &[], false);
     assert_eq!(d.side, Side::Primary);
-    assert_eq!(d.cookies, CookieActions { set_canary: false, set_primary: true, expire_canary: None });
+    assert_eq!(
+        d.cookies,
+        CookieActions {
+            set_canary: false,
+            set_primary: true,
+            expire_canary: None
+        }
+    );
     // Without primaryCookieName the primary side sets nothing (as Flagger).
     let r = route(30, false, (CANARY_V, "", ""), false);
     let d = run(&r, &[], &[], false);
@@ -138,14 +180,23 @@ fn exact_set_cookie_strings_with_every_attribute() {
     let r = route(30, true, (CANARY_V, PRIMARY_V, ""), false);
     let d = run(&r, &[], &[], true);
     let sc = set_cookies(&r, &d);
-    let common = ["Domain=example.com", "Path=/shop", "HttpOnly", "Secure", "SameSite=Lax", "Partitioned"];
-    let mut want: std::collections::BTreeSet<String> = common.iter().map(|s| s.to_string()).collect();
+    let common = [
+        "Domain=example.com",
+        "Path=/shop",
+        "HttpOnly",
+        "Secure",
+        "SameSite=Lax",
+        "Partitioned",
+    ];
+    let mut want: std::collections::BTreeSet<String> =
+        common.iter().map(|s| s.to_string()).collect();
     want.insert(format!("weir-canary={CANARY_V}"));
     want.insert("Max-Age=21600".into());
     assert_eq!(attrs(&sc[0]), want);
     let d = run(&r, &[], &[], false);
     let sc = set_cookies(&r, &d);
-    let mut want: std::collections::BTreeSet<String> = common.iter().map(|s| s.to_string()).collect();
+    let mut want: std::collections::BTreeSet<String> =
+        common.iter().map(|s| s.to_string()).collect();
     want.insert(format!("weir-primary={PRIMARY_V}"));
     want.insert("Max-Age=60".into());
     assert_eq!(attrs(&sc[0]), want);
@@ -154,7 +205,12 @@ fn exact_set_cookie_strings_with_every_attribute() {
 #[test]
 fn match_rules_come_before_cookies() {
     let r = route(30, true, (CANARY_V, PRIMARY_V, ""), true);
-    let d = run(&r, &[&format!("weir-primary={PRIMARY_V}")], &[("x-canary", "insider")], false);
+    let d = run(
+        &r,
+        &[&format!("weir-primary={PRIMARY_V}")],
+        &[("x-canary", "insider")],
+        false,
+    );
     assert_eq!((d.side, d.reason), (Side::Canary, Reason::Match));
 }
 
@@ -206,7 +262,13 @@ fn store_fills_values_on_run_start_step_and_end() {
     t3.routes[0].canary_weight = Some(0);
     fill_affinity_values(&t2, &mut t3, &mut rng);
     let s3 = t3.routes[0].affinity_state.clone().unwrap();
-    assert_eq!((s3.canary_value.as_deref(), s3.previous_canary_value.as_deref()), (None, Some(c1.as_str())));
+    assert_eq!(
+        (
+            s3.canary_value.as_deref(),
+            s3.previous_canary_value.as_deref()
+        ),
+        (None, Some(c1.as_str()))
+    );
     // The next run gets a new value.
     let mut t4 = t3.clone();
     t4.routes[0].canary_weight = Some(10);
@@ -221,5 +283,13 @@ fn store_fills_values_on_run_start_step_and_end() {
         ..Default::default()
     });
     fill_affinity_values(&t3, &mut t5, &mut rng);
-    assert_eq!(t5.routes[0].affinity_state.as_ref().unwrap().canary_value.as_deref(), Some("EngineChosen0001"));
+    assert_eq!(
+        t5.routes[0]
+            .affinity_state
+            .as_ref()
+            .unwrap()
+            .canary_value
+            .as_deref(),
+        Some("EngineChosen0001")
+    );
 }

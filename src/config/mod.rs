@@ -13,8 +13,9 @@ mod validate;
 
 pub use locate::Locations;
 pub use validate::{
-    compile_table, parse_duration, AdminConfig, BackendSpec, CanaryConfig, Config, HealthSettings,
-    ListenerConfig, LoadBalancer, OutlierSettings, ProxySettings, RollingSettings, TableSpec,
+    compile_table, parse_duration, AdminConfig, BackendSpec, CanaryConfig, CertFiles, Config,
+    HealthSettings, IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, OutlierSettings,
+    ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol, UpstreamTls,
 };
 
 use std::fmt;
@@ -125,7 +126,10 @@ fn clean_serde_message(msg: &str) -> String {
     // Drop a leading "line N column M: " (we print file:line:col ourselves).
     if let Some(rest) = first.strip_prefix("line ") {
         if let Some((pos, msg)) = rest.split_once(": ") {
-            if pos.split(" column ").all(|n| n.trim().parse::<u64>().is_ok()) {
+            if pos
+                .split(" column ")
+                .all(|n| n.trim().parse::<u64>().is_ok())
+            {
                 return msg.to_string();
             }
         }

@@ -30,6 +30,61 @@ pub struct RawConfig {
     /// Data-plane limits and timeouts (defaults close to nginx/Envoy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<RawProxy>,
+    /// Settings of the rollout engine itself (where it keeps its state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RawRollout>,
+    /// Fleet coordination through etcd (one owner per canary); absent: this weir
+    /// is the only replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<RawCluster>,
+}
+
+/// `cluster:`: the replicas of a fleet coordinate through etcd (see `crate::cluster`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCluster {
+    /// etcd client URLs (`http://host:port`), tried in order.
+    #[serde(default)]
+    pub etcd: Vec<String>,
+    /// Key prefix of every key weir writes (default `/weir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// Shard count: a number, or `auto` (one shard per live replica, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<RawReplicas>,
+    /// Lease renewal period (default 10s); the lease TTL is 3 × heartbeat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<String>,
+    /// `round-robin` (default) or `hash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<String>,
+    /// This replica's name (default `<hostname>:<admin port>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// This replica's control-API URL as the other replicas reach it (default
+    /// `http://<admin address>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+}
+
+/// `replicas: 3` or `replicas: auto`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RawReplicas {
+    /// A fixed shard count.
+    Count(i64),
+    /// `auto`.
+    Word(String),
+}
+
+/// The rollout engine's own settings.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawRollout {
+    /// Directory of the per-canary state files (`<canary>.json`), relative to the
+    /// config file; created if missing. Absent: state is kept in memory only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// The part of the configuration the control API can replace at run time
@@ -57,13 +112,46 @@ pub struct RawListener {
     pub tls: Option<RawTls>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// TLS termination on a listener: one certificate (`certFile` + `keyFile`),
+/// several chosen by SNI (`certificates`), or both (the single pair comes
+/// first and is the default for clients that send no matching name).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawTls {
-    /// PEM certificate chain.
+    /// PEM certificate chain (leaf first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// PEM private key of `certFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    /// More certificates; the one whose names cover the client's SNI is
+    /// served, the first one otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<RawCertificate>,
+}
+
+/// One certificate chain and its key (PEM files, reloaded when they change).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCertificate {
+    /// PEM certificate chain (leaf first).
     pub cert_file: String,
     /// PEM private key.
     pub key_file: String,
+}
+
+/// TLS from the proxy to a backend's endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawUpstreamTls {
+    /// PEM file of the CA certificates to trust; absent: the Mozilla roots
+    /// built into weir (`webpki-roots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Name sent as SNI and checked against the certificate; absent: the
+    /// endpoint's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -98,6 +186,35 @@ pub struct RawProxy {
     /// is at debug level under target `weir::access`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// Largest HTTP/1 request head or HTTP/2 header list, bytes (default
+    /// 61440 = 60 KiB, Envoy's) → 431.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_header_bytes: Option<i64>,
+    /// Most header fields in a request (default 100, Envoy's) → 431.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_headers: Option<i64>,
+    /// Longest request target (path + query), bytes (default 8192, nginx's) → 414.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_uri_bytes: Option<i64>,
+    /// Longest wait for the next frame of a request or response body
+    /// (default 60s, nginx's client_body_timeout / proxy_read_timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_idle_timeout: Option<String>,
+    /// Open client connections per listener (default 10000); more wait in
+    /// the listen backlog until one closes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<i64>,
+    /// HTTP/2 streams a client may open at once per connection (default 128, nginx's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_concurrent_streams: Option<i64>,
+    /// Rapid-reset guard: streams reset by the client before the proxy
+    /// accepted them, per connection, before it is closed (default 20, h2's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_pending_accept_reset_streams: Option<i64>,
+    /// Streams the proxy may reset because of client protocol errors, per
+    /// connection, before it sends GOAWAY (default 1024, hyper's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2_max_local_error_reset_streams: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -121,6 +238,14 @@ pub struct RawBackend {
     /// Path answering the endpoint's revision (GET).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_path: Option<String>,
+    /// HTTP version spoken to the endpoints: `http1` (default), `http2`
+    /// (prior knowledge, h2c in clear text; what gRPC needs) or `auto`
+    /// (ALPN over TLS, HTTP/1.1 in clear text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Connect to the endpoints with TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RawUpstreamTls>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

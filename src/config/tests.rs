@@ -28,7 +28,10 @@ fn errors(yaml: &str) -> ConfigErrors {
 fn good_config_compiles() {
     let c = parse_yaml(GOOD, "t.yaml", Path::new(".")).unwrap();
     assert_eq!(c.table.routing.routes[0].canary_weight, 10);
-    assert_eq!(c.table.routing.routes[0].timeout, std::time::Duration::from_secs(15));
+    assert_eq!(
+        c.table.routing.routes[0].timeout,
+        std::time::Duration::from_secs(15)
+    );
     assert_eq!(c.admin.address.to_string(), "127.0.0.1:9901");
 }
 
@@ -67,14 +70,26 @@ fn every_bad_config_names_its_field() {
     ];
     assert!(cases.len() >= 15);
     for (what, from, to, field) in cases {
-        assert!(GOOD.contains(from), "{what}: fixture text {from:?} not found");
+        assert!(
+            GOOD.contains(from),
+            "{what}: fixture text {from:?} not found"
+        );
         let yaml = GOOD.replacen(from, to, 1);
         let e = errors(&yaml);
         let found = e.errors.iter().find(|x| x.path == *field);
-        assert!(found.is_some(), "{what}: expected an error at {field}, got:\n{e}");
+        assert!(
+            found.is_some(),
+            "{what}: expected an error at {field}, got:\n{e}"
+        );
         let text = e.to_string();
-        assert!(text.contains(field), "{what}: message does not name {field}:\n{text}");
-        assert!(found.unwrap().location.is_some(), "{what}: no line:col for {field}");
+        assert!(
+            text.contains(field),
+            "{what}: message does not name {field}:\n{text}"
+        );
+        assert!(
+            found.unwrap().location.is_some(),
+            "{what}: no line:col for {field}"
+        );
     }
 }
 
@@ -85,19 +100,29 @@ fn all_errors_are_reported_at_once_with_line_and_column() {
         .replace("primary: app-blue", "primary: app-red");
     let e = errors(&yaml);
     let paths: Vec<&str> = e.errors.iter().map(|x| x.path.as_str()).collect();
-    for p in ["routes[0].canaryWeight", "routes[0].timeout", "routes[0].primary"] {
+    for p in [
+        "routes[0].canaryWeight",
+        "routes[0].timeout",
+        "routes[0].primary",
+    ] {
         assert!(paths.contains(&p), "missing {p} in {paths:?}");
     }
     let text = e.to_string();
     // `primary` is on line 12 of the fixture (line 1 is empty), column 5.
-    assert!(text.contains("t.yaml:12:5: routes[0].primary: unknown backend \"app-red\""), "{text}");
+    assert!(
+        text.contains("t.yaml:12:5: routes[0].primary: unknown backend \"app-red\""),
+        "{text}"
+    );
 }
 
 #[test]
 fn unknown_fields_and_wrong_types_are_errors_with_location() {
     let e = errors(&GOOD.replace("canaryWeight: 10", "canaryWeight: 10\n    canaryWieght: 20"));
     let text = e.to_string();
-    assert!(text.starts_with("t.yaml:15:5: unknown field `canaryWieght`"), "{text}");
+    assert!(
+        text.starts_with("t.yaml:15:5: unknown field `canaryWieght`"),
+        "{text}"
+    );
     assert!(e.errors[0].location.is_some_and(|(l, _)| l == 15), "{text}");
     let e = errors(&GOOD.replace("canaryWeight: 10", "canaryWeight: [1]"));
     assert!(e.errors[0].location.is_some(), "{e}");
@@ -107,20 +132,37 @@ fn unknown_fields_and_wrong_types_are_errors_with_location() {
 
 #[test]
 fn duplicate_names_are_errors() {
-    let yaml = format!(
-        "{GOOD}  - name: app\n    primary: app-blue\n    pathPrefix: /other\n"
-    );
+    let yaml = format!("{GOOD}  - name: app\n    primary: app-blue\n    pathPrefix: /other\n");
     let e = errors(&yaml);
-    assert!(e.errors.iter().any(|x| x.path == "routes[1].name" && x.reason.contains("duplicate")), "{e}");
+    assert!(
+        e.errors
+            .iter()
+            .any(|x| x.path == "routes[1].name" && x.reason.contains("duplicate")),
+        "{e}"
+    );
     let yaml = format!("{GOOD}  - name: app2\n    primary: app-blue\n");
     let e = errors(&yaml);
-    assert!(e.errors.iter().any(|x| x.path == "routes[1].pathPrefix" && x.reason.contains("never match")), "{e}");
+    assert!(
+        e.errors
+            .iter()
+            .any(|x| x.path == "routes[1].pathPrefix" && x.reason.contains("never match")),
+        "{e}"
+    );
 }
 
 #[test]
 fn durations_parse() {
-    assert_eq!(parse_duration("500ms").unwrap(), std::time::Duration::from_millis(500));
-    assert_eq!(parse_duration("10s").unwrap(), std::time::Duration::from_secs(10));
-    assert_eq!(parse_duration("1m").unwrap(), std::time::Duration::from_secs(60));
+    assert_eq!(
+        parse_duration("500ms").unwrap(),
+        std::time::Duration::from_millis(500)
+    );
+    assert_eq!(
+        parse_duration("10s").unwrap(),
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(
+        parse_duration("1m").unwrap(),
+        std::time::Duration::from_secs(60)
+    );
     assert!(parse_duration("ten").is_err());
 }

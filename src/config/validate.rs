@@ -27,8 +27,43 @@ pub const REGEX_MAX_LEN: usize = 4096;
 pub struct ListenerConfig {
     pub name: String,
     pub address: SocketAddr,
-    /// Certificate and key files (resolved paths).
-    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// TLS termination; `None` = clear text (HTTP/1.1 and h2c).
+    pub tls: Option<ListenerTls>,
+}
+
+/// TLS termination of a listener, validated (every file read and parsed once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// Certificate pairs in SNI preference order; the first is the default.
+    pub certificates: Vec<CertFiles>,
+}
+
+/// One certificate chain and its key (resolved paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFiles {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+}
+
+/// HTTP version spoken to a backend's endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (the default).
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c in clear text, h2 over TLS).
+    Http2,
+    /// ALPN decides over TLS (h2 preferred); HTTP/1.1 in clear text.
+    Auto,
+}
+
+/// TLS to a backend's endpoints, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamTls {
+    /// Trusted CA certificates (PEM); `None` = the built-in Mozilla roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// SNI and verified name; `None` = the endpoint's host.
+    pub server_name: Option<String>,
 }
 
 /// The control API listener, validated.
@@ -93,6 +128,10 @@ pub struct BackendSpec {
     pub rolling_update: RollingSettings,
     pub outlier: Option<OutlierSettings>,
     pub revision_path: Option<String>,
+    /// HTTP version to the endpoints.
+    pub protocol: UpstreamProtocol,
+    /// TLS to the endpoints; `None` = clear text.
+    pub tls: Option<UpstreamTls>,
 }
 
 /// The replaceable part of the configuration, compiled.
@@ -112,6 +151,16 @@ pub struct CanaryConfig {
     pub raw: RawCanary,
     pub interval: Duration,
     pub progress_deadline: Duration,
+    /// Bearer token for the remote data planes, read from `dataPlaneTokenFile`.
+    pub data_plane_token: Option<String>,
+}
+
+/// The rollout engine's own settings, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RolloutSettings {
+    /// Directory of the per-canary state files (resolved against the config file's
+    /// directory); `None` keeps the state in memory only.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// Data-plane settings with defaults applied.
@@ -123,6 +172,22 @@ pub struct ProxySettings {
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
     pub access_log: bool,
+    /// HTTP/1 request head / HTTP/2 header list limit in bytes (→ 431).
+    pub max_header_bytes: usize,
+    /// Header fields per request (→ 431).
+    pub max_headers: usize,
+    /// Request-target length in bytes (→ 414).
+    pub max_uri_bytes: usize,
+    /// Longest silence inside a request or response body.
+    pub body_idle_timeout: Duration,
+    /// Open connections per listener; more wait in the backlog.
+    pub max_connections: usize,
+    /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 rapid-reset guard (client resets before accept).
+    pub http2_max_pending_accept_reset_streams: usize,
+    /// HTTP/2 guard on resets caused by client protocol errors.
+    pub http2_max_local_error_reset_streams: usize,
 }
 
 impl Default for ProxySettings {
@@ -134,6 +199,14 @@ impl Default for ProxySettings {
             header_read_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             access_log: false,
+            max_header_bytes: 60 * 1024,
+            max_headers: 100,
+            max_uri_bytes: 8192,
+            body_idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            http2_max_concurrent_streams: 128,
+            http2_max_pending_accept_reset_streams: 20,
+            http2_max_local_error_reset_streams: 1024,
         }
     }
 }
@@ -146,6 +219,9 @@ pub struct Config {
     pub table: TableSpec,
     pub canaries: Vec<CanaryConfig>,
     pub proxy: ProxySettings,
+    pub rollout: RolloutSettings,
+    /// Fleet coordination through etcd; `None`: single-replica mode.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
 }
 
 /// Parses `500ms`, `10s`, `1m`, `1h30m` (humantime syntax).
@@ -196,12 +272,36 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
     let listeners = validate_listeners(&raw.listeners, base, &mut errs);
     let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
     let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
-    let table_raw = RawTable {
+    let mut table_raw = RawTable {
         backends: raw.backends,
         routes: raw.routes,
     };
+    // Files named in the table are relative to the config file; the table
+    // is also written through the API, which has no directory, so the paths
+    // are made absolute here, once.
+    for b in table_raw.backends.values_mut() {
+        if let Some(ca) = b.tls.as_mut().and_then(|t| t.ca_file.as_mut()) {
+            *ca = base.join(&*ca).to_string_lossy().into_owned();
+        }
+    }
     let table = compile_into(&table_raw, &mut errs);
-    let canaries = validate_canaries(&raw.canaries, &table_raw, &mut errs);
+    let canaries = validate_canaries(&raw.canaries, &table_raw, base, &mut errs);
+    let rollout = RolloutSettings {
+        state_dir: raw
+            .rollout
+            .as_ref()
+            .and_then(|r| r.state_dir.as_ref())
+            .map(|d| base.join(d)),
+    };
+    let cluster = raw.cluster.as_ref().and_then(|c| {
+        crate::cluster::config::validate(c)
+            .map_err(|list| {
+                for (path, reason) in list {
+                    errs.push(path, reason);
+                }
+            })
+            .ok()
+    });
     if !errs.0.is_empty() {
         return Err(errs.0);
     }
@@ -211,6 +311,8 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         table: table.expect("no errors implies a table"),
         canaries,
         proxy,
+        rollout,
+        cluster,
     })
 }
 
@@ -314,19 +416,10 @@ fn validate_listeners(raw: &[RawListener], base: &Path, errs: &mut Errors) -> Ve
                 None
             }
         };
-        let tls = l.tls.as_ref().map(|t| {
-            let cert = base.join(&t.cert_file);
-            let key = base.join(&t.key_file);
-            for (field, p) in [("certFile", &cert), ("keyFile", &key)] {
-                if !p.is_file() {
-                    errs.push(
-                        format!("{path}.tls.{field}"),
-                        format!("file {} not found", p.display()),
-                    );
-                }
-            }
-            (cert, key)
-        });
+        let tls = l
+            .tls
+            .as_ref()
+            .map(|t| validate_listener_tls(&format!("{path}.tls"), t, base, errs));
         if let Some(address) = addr {
             out.push(ListenerConfig {
                 name: l.name.clone(),
@@ -336,6 +429,52 @@ fn validate_listeners(raw: &[RawListener], base: &Path, errs: &mut Errors) -> Ve
         }
     }
     out
+}
+
+/// Both TLS forms of a listener; every file is read and parsed so that a
+/// bad certificate is a config error with its field path, not a start-up
+/// failure.
+fn validate_listener_tls(path: &str, t: &RawTls, base: &Path, errs: &mut Errors) -> ListenerTls {
+    let mut pairs: Vec<(String, Option<&String>, Option<&String>)> = Vec::new();
+    if t.cert_file.is_some() || t.key_file.is_some() {
+        pairs.push((path.to_string(), t.cert_file.as_ref(), t.key_file.as_ref()));
+    }
+    for (i, c) in t.certificates.iter().enumerate() {
+        pairs.push((
+            format!("{path}.certificates[{i}]"),
+            Some(&c.cert_file),
+            Some(&c.key_file),
+        ));
+    }
+    if pairs.is_empty() {
+        errs.push(
+            path,
+            "set certFile and keyFile, or a certificates list of {certFile, keyFile}",
+        );
+    }
+    let mut certificates = Vec::new();
+    for (p, cert, key) in pairs {
+        let (Some(cert), Some(key)) = (cert, key) else {
+            let missing = if cert.is_none() {
+                "certFile"
+            } else {
+                "keyFile"
+            };
+            errs.push(format!("{p}.{missing}"), "certFile and keyFile go together");
+            continue;
+        };
+        let files = CertFiles {
+            cert_file: base.join(cert),
+            key_file: base.join(key),
+        };
+        match crate::proxy::tls::load_pair(&files.cert_file, &files.key_file) {
+            Ok(_) => {}
+            Err(crate::proxy::tls::PairError::Cert(m)) => errs.push(format!("{p}.certFile"), m),
+            Err(crate::proxy::tls::PairError::Key(m)) => errs.push(format!("{p}.keyFile"), m),
+        }
+        certificates.push(files);
+    }
+    ListenerTls { certificates }
 }
 
 fn validate_admin(raw: Option<&RawAdmin>, base: &Path, errs: &mut Errors) -> AdminConfig {
@@ -411,6 +550,61 @@ fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {
         ),
         drain_timeout: errs.duration("proxy.drainTimeout", &p.drain_timeout, d.drain_timeout),
         access_log: p.access_log.unwrap_or(false),
+        // hyper refuses a read buffer under 8 KiB.
+        max_header_bytes: errs.int_in(
+            "proxy.maxHeaderBytes",
+            p.max_header_bytes,
+            8192,
+            1 << 20,
+            d.max_header_bytes as i64,
+        ) as usize,
+        max_headers: errs.int_in(
+            "proxy.maxHeaders",
+            p.max_headers,
+            1,
+            10_000,
+            d.max_headers as i64,
+        ) as usize,
+        max_uri_bytes: errs.int_in(
+            "proxy.maxUriBytes",
+            p.max_uri_bytes,
+            64,
+            65_534,
+            d.max_uri_bytes as i64,
+        ) as usize,
+        body_idle_timeout: errs.duration(
+            "proxy.bodyIdleTimeout",
+            &p.body_idle_timeout,
+            d.body_idle_timeout,
+        ),
+        max_connections: errs.int_in(
+            "proxy.maxConnections",
+            p.max_connections,
+            1,
+            1_000_000,
+            d.max_connections as i64,
+        ) as usize,
+        http2_max_concurrent_streams: errs.int_in(
+            "proxy.http2MaxConcurrentStreams",
+            p.http2_max_concurrent_streams,
+            1,
+            1_000_000,
+            d.http2_max_concurrent_streams as i64,
+        ) as u32,
+        http2_max_pending_accept_reset_streams: errs.int_in(
+            "proxy.http2MaxPendingAcceptResetStreams",
+            p.http2_max_pending_accept_reset_streams,
+            1,
+            100_000,
+            d.http2_max_pending_accept_reset_streams as i64,
+        ) as usize,
+        http2_max_local_error_reset_streams: errs.int_in(
+            "proxy.http2MaxLocalErrorResetStreams",
+            p.http2_max_local_error_reset_streams,
+            1,
+            100_000,
+            d.http2_max_local_error_reset_streams as i64,
+        ) as usize,
     }
 }
 
@@ -581,6 +775,39 @@ fn validate_backend(
             errs.push(format!("{path}.revisionPath"), "must start with '/'");
         }
     }
+    let protocol = match b.protocol.as_deref() {
+        None | Some("http1") => UpstreamProtocol::Http1,
+        Some("http2") => UpstreamProtocol::Http2,
+        Some("auto") => UpstreamProtocol::Auto,
+        Some(other) => {
+            errs.push(
+                format!("{path}.protocol"),
+                format!("unknown protocol {other:?}; expected http1, http2 or auto"),
+            );
+            UpstreamProtocol::Http1
+        }
+    };
+    let tls = b.tls.as_ref().map(|t| {
+        let p = format!("{path}.tls");
+        let ca_file = t.ca_file.as_ref().map(std::path::PathBuf::from);
+        if let Some(f) = &ca_file {
+            if let Err(e) = crate::proxy::tls::load_ca_file(f) {
+                errs.push(format!("{p}.caFile"), e);
+            }
+        }
+        if let Some(n) = &t.server_name {
+            if rustls::pki_types::ServerName::try_from(n.as_str()).is_err() {
+                errs.push(
+                    format!("{p}.serverName"),
+                    format!("not a DNS name or IP address: {n:?}"),
+                );
+            }
+        }
+        UpstreamTls {
+            ca_file,
+            server_name: t.server_name.clone(),
+        }
+    });
     if errs.0.len() > before {
         return None;
     }
@@ -592,6 +819,8 @@ fn validate_backend(
         rolling_update,
         outlier,
         revision_path: b.revision_path.clone(),
+        protocol,
+        tls,
     })
 }
 
@@ -1054,7 +1283,12 @@ const HOOK_TYPES: &[&str] = &[
     "promote",
 ];
 
-fn validate_canaries(raw: &[RawCanary], table: &RawTable, errs: &mut Errors) -> Vec<CanaryConfig> {
+fn validate_canaries(
+    raw: &[RawCanary],
+    table: &RawTable,
+    base: &Path,
+    errs: &mut Errors,
+) -> Vec<CanaryConfig> {
     let mut out = Vec::new();
     let mut names = BTreeSet::new();
     let mut routes_taken = BTreeSet::new();
@@ -1271,11 +1505,72 @@ fn validate_canaries(raw: &[RawCanary], table: &RawTable, errs: &mut Errors) -> 
                 "promotion: webhook needs a webhook of type promote",
             );
         }
+        // The canary strategy moves by stepWeight or stepWeights; without either a run
+        // could never leave weight 0 (A/B and blue/green move by iterations).
+        if c.skip_analysis != Some(true)
+            && a.iterations.unwrap_or(0) == 0
+            && a.step_weight.is_none()
+            && a.step_weights.is_empty()
+        {
+            errs.push(
+                format!("{ap}.stepWeight"),
+                "set stepWeight or stepWeights (canary strategy), or iterations (A/B, blue/green)",
+            );
+        }
+        // Revisions are read from the slots' revisionPath: both slots, since a swap
+        // exchanges them.
+        if let Some(r) = table.routes.iter().find(|r| r.name == c.route) {
+            let needs = |why: &str, slot: &str, errs: &mut Errors| {
+                let has = table
+                    .backends
+                    .get(slot)
+                    .is_some_and(|b| b.revision_path.is_some());
+                if !has && table.backends.contains_key(slot) {
+                    errs.push(
+                        format!("{p}.{why}"),
+                        format!(
+                            "backend {slot:?} of route {:?} needs a revisionPath",
+                            r.name
+                        ),
+                    );
+                }
+            };
+            let mut slots = vec![r.primary.clone()];
+            slots.extend(r.canary.clone());
+            if c.watch_revision == Some(true) {
+                for s in &slots {
+                    needs("watchRevision", s, errs);
+                }
+            }
+            if c.promotion.as_deref() == Some("webhook") {
+                for s in &slots {
+                    needs("promotion", s, errs);
+                }
+            }
+        }
+        let data_plane_token = match &c.data_plane_token_file {
+            None => None,
+            Some(f) => match std::fs::read_to_string(base.join(f)) {
+                Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+                Ok(_) => {
+                    errs.push(format!("{p}.dataPlaneTokenFile"), "the token file is empty");
+                    None
+                }
+                Err(e) => {
+                    errs.push(
+                        format!("{p}.dataPlaneTokenFile"),
+                        format!("cannot read {f}: {e}"),
+                    );
+                    None
+                }
+            },
+        };
         if errs.0.len() == before {
             out.push(CanaryConfig {
                 raw: c.clone(),
                 interval,
                 progress_deadline,
+                data_plane_token,
             });
         }
     }

@@ -9,6 +9,7 @@
 use crate::affinity::MIN_VALUE_LEN;
 use crate::config::raw::{RawAffinityState, RawRoute, RawTable};
 use crate::config::{compile_table, ConfigError, TableSpec};
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::mirror::MirrorCounters;
 use crate::proxy::upstream::{Backend, BackendRegistry};
 use crate::stats::RouteStats;
@@ -32,6 +33,8 @@ pub struct RouteRuntime {
     pub canary: Option<Arc<Backend>>,
     /// Mirror counters and in-flight cap (kept across swaps).
     pub mirror: Arc<MirrorCounters>,
+    /// Pre-registered Prometheus handles (kept across swaps by route name).
+    pub metrics: Arc<RouteMetrics>,
 }
 
 /// One installed table.
@@ -75,12 +78,19 @@ pub struct TableStore {
     stats: Mutex<HashMap<String, Arc<RouteStats>>>,
     mirrors: Mutex<HashMap<String, Arc<MirrorCounters>>>,
     events: broadcast::Sender<TableChanged>,
+    /// The app's Prometheus registry; hands out per-route handles.
+    metrics: Arc<Metrics>,
 }
 
 impl TableStore {
     /// Installs the initial table as version 1. Routes that start with a
     /// canary weight and session affinity get their cookie values here.
-    pub fn new(mut spec: TableSpec) -> Arc<Self> {
+    pub fn new(spec: TableSpec) -> Arc<Self> {
+        Self::with_metrics(spec, Metrics::new())
+    }
+
+    /// Like [`TableStore::new`], registering route metrics in `metrics`.
+    pub fn with_metrics(mut spec: TableSpec, metrics: Arc<Metrics>) -> Arc<Self> {
         let mut raw = spec.raw.clone();
         fill_affinity_values(&RawTable::default(), &mut raw, &mut rand::rng());
         if raw != spec.raw {
@@ -100,6 +110,7 @@ impl TableStore {
             stats: Mutex::new(HashMap::new()),
             mirrors: Mutex::new(HashMap::new()),
             events,
+            metrics,
         };
         let snap = store.build(spec, 1);
         store.current.store(Arc::new(snap));
@@ -114,6 +125,11 @@ impl TableStore {
     /// Change notifications.
     pub fn subscribe(&self) -> broadcast::Receiver<TableChanged> {
         self.events.subscribe()
+    }
+
+    /// The Prometheus registry route handles come from.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Backend runtime state by name.
@@ -213,6 +229,7 @@ impl TableStore {
                 primary: backends[r.primary.as_str()].clone(),
                 canary: r.canary.as_deref().map(|c| backends[c].clone()),
                 mirror: mirrors.entry(r.name.clone()).or_default().clone(),
+                metrics: self.metrics.route(&r.name),
             })
             .collect();
         Snapshot {

@@ -203,7 +203,30 @@ impl OutlierDetector {
             return Outcome::Recorded;
         }
         state.consecutive_failures = 0;
+        self.eject_if_allowed(endpoint, now_ms)
+    }
 
+    /// The threshold has been reached for `endpoint`, counted by the caller: the proxy
+    /// counts consecutive failures with one atomic per endpoint so that the request path
+    /// takes no lock, and calls this (behind the lock) only when the count reaches
+    /// `consecutiveFailures`. Decides the ejection exactly as [`Self::on_result`] does
+    /// at its threshold: decay, capacity rule, growing duration. Results for an unknown
+    /// or already ejected endpoint are [`Outcome::Ignored`].
+    pub fn on_threshold_reached(&mut self, endpoint: &str, now_ms: u64) -> Outcome {
+        let interval = self.config.interval_ms;
+        let Some(state) = self.endpoints.get_mut(endpoint) else {
+            return Outcome::Ignored;
+        };
+        if state.is_ejected(now_ms) {
+            return Outcome::Ignored;
+        }
+        state.decay(now_ms, interval);
+        state.consecutive_failures = 0;
+        self.eject_if_allowed(endpoint, now_ms)
+    }
+
+    /// The common tail of both entry points: the capacity rule, then the ejection.
+    fn eject_if_allowed(&mut self, endpoint: &str, now_ms: u64) -> Outcome {
         if !self.may_eject_one_more(now_ms) {
             return Outcome::EjectionSkipped;
         }

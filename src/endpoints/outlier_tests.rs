@@ -271,3 +271,34 @@ fn extreme_times_do_not_overflow() {
     );
     assert!(d.is_ejected("ep1:80", u64::MAX - 1));
 }
+
+#[test]
+fn threshold_entry_point_decides_like_on_result() {
+    // The proxy counts failures itself and calls `on_threshold_reached`; the ejections,
+    // their growth and the capacity rule must be those of `on_result` at its threshold.
+    let mut counted = detector(3);
+    let mut external = detector(3);
+    // (endpoint, now)
+    let sequence = [
+        ("ep1:80", 0),
+        ("ep2:80", 100),
+        ("ep1:80", 40_000),
+        ("ep1:80", 200_000),
+        ("nope:1", 200_000),
+    ];
+    for (ep, now) in sequence {
+        let expected = fail(&mut counted, ep, 5, now);
+        assert_eq!(
+            external.on_threshold_reached(ep, now),
+            expected,
+            "{ep} at {now}"
+        );
+    }
+    assert_eq!(counted, external);
+    // Already ejected: ignored, like a result that arrives while ejected.
+    assert!(external.is_ejected("ep1:80", 200_001));
+    assert_eq!(
+        external.on_threshold_reached("ep1:80", 200_001),
+        Outcome::Ignored
+    );
+}

@@ -11,6 +11,13 @@ use std::task::{Context, Poll};
 /// requests per endpoint until the response is fully streamed.
 pub type BodyGuard = Box<dyn Send + Sync + 'static>;
 
+/// Error of a proxied body: hyper's, or one of the proxy's own (a body idle
+/// timeout), which hyper cannot represent.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A body behind a wrapper (idle timeout, gRPC status watch).
+pub type BoxedBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+
 /// Request or response body passing through the proxy.
 pub struct ProxyBody {
     inner: Inner,
@@ -23,6 +30,7 @@ enum Inner {
     Full(Option<Bytes>),
     Streamed(Incoming),
     Tee(crate::mirror::TeeBody),
+    Boxed(BoxedBody),
 }
 
 impl ProxyBody {
@@ -64,6 +72,14 @@ impl ProxyBody {
         }
     }
 
+    /// A wrapped body (see `limits::IdleTimeout`, `grpc::StatusWatch`).
+    pub fn boxed(b: BoxedBody) -> Self {
+        ProxyBody {
+            inner: Inner::Boxed(b),
+            _guard: None,
+        }
+    }
+
     /// Attaches a guard released with the body.
     pub fn with_guard(mut self, g: BodyGuard) -> Self {
         self._guard = Some(g);
@@ -73,17 +89,21 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let boxed = |p: Poll<Option<Result<Frame<Bytes>, hyper::Error>>>| {
+            p.map(|o| o.map(|r| r.map_err(BoxError::from)))
+        };
         match &mut self.get_mut().inner {
             Inner::Empty => Poll::Ready(None),
             Inner::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Inner::Streamed(b) => Pin::new(b).poll_frame(cx),
-            Inner::Tee(t) => Pin::new(t).poll_frame(cx),
+            Inner::Streamed(b) => boxed(Pin::new(b).poll_frame(cx)),
+            Inner::Tee(t) => boxed(Pin::new(t).poll_frame(cx)),
+            Inner::Boxed(b) => Pin::new(b).poll_frame(cx),
         }
     }
 
@@ -93,6 +113,7 @@ impl Body for ProxyBody {
             Inner::Full(b) => b.is_none(),
             Inner::Streamed(b) => b.is_end_stream(),
             Inner::Tee(t) => t.is_end_stream(),
+            Inner::Boxed(b) => b.is_end_stream(),
         }
     }
 
@@ -102,6 +123,7 @@ impl Body for ProxyBody {
             Inner::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Inner::Streamed(b) => b.size_hint(),
             Inner::Tee(t) => t.size_hint(),
+            Inner::Boxed(b) => b.size_hint(),
         }
     }
 }

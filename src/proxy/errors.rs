@@ -21,6 +21,13 @@ pub enum ProxyError {
     Timeout,
     /// A method the proxy does not forward (405).
     MethodNotAllowed,
+    /// The request target is longer than `proxy.maxUriBytes` (414).
+    UriTooLong,
+    /// More header fields than `proxy.maxHeaders` (431; HTTP/1 heads over
+    /// the limits are answered by hyper itself).
+    HeadersTooLarge,
+    /// The client stopped sending its request body for `proxy.bodyIdleTimeout` (408).
+    RequestTimeout,
 }
 
 impl ProxyError {
@@ -33,6 +40,9 @@ impl ProxyError {
             ProxyError::Upstream => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ProxyError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ProxyError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
         }
     }
 
@@ -45,6 +55,9 @@ impl ProxyError {
             ProxyError::Upstream => "upstream-failed",
             ProxyError::Timeout => "upstream-timeout",
             ProxyError::MethodNotAllowed => "method-not-allowed",
+            ProxyError::UriTooLong => "uri-too-long",
+            ProxyError::HeadersTooLarge => "request-headers-too-large",
+            ProxyError::RequestTimeout => "request-timeout",
         }
     }
 

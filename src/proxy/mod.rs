@@ -8,9 +8,15 @@
 //! copy for mirroring), and never let a slow mirror touch the primary path.
 
 pub mod body;
+pub mod client;
 pub mod errors;
+pub mod grpc;
+pub mod limits;
 pub mod server;
 pub mod service;
+pub mod smuggle;
+pub mod tls;
+pub mod upgrade;
 pub mod upstream;
 
 use http::header::{HeaderMap, HeaderName, CONNECTION};

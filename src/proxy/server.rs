@@ -1,69 +1,104 @@
-//! Listeners: accept TCP connections and serve HTTP/1.1 and h2c (prior
-//! knowledge) on each, with graceful shutdown.
+//! Listeners: accept TCP connections, terminate TLS where configured, and
+//! serve HTTP/1.1 and HTTP/2 on each (h2 by ALPN over TLS, h2c by prior
+//! knowledge in clear text), with connection limits and graceful shutdown.
+//!
+//! Per connection, in order: a permit of the listener's `maxConnections`
+//! semaphore (while none is free the loop stops accepting, so new clients
+//! wait in the kernel's listen backlog; open connections are unaffected),
+//! the TLS handshake (bounded by `headerReadTimeout`), the smuggling
+//! tracker on HTTP/1 bytes (`smuggle`), then hyper. A connection that has
+//! not started a single request within `headerReadTimeout` is closed (this
+//! covers clients that send nothing or stall inside the HTTP/2 preface,
+//! which hyper's own header timeout does not see).
 
 use super::service::{handle, ConnInfo, ProxyShared};
+use super::smuggle::{ConnGuard, Sniffed, Tracker};
+use super::tls::{CertStore, Terminator, RELOAD_INTERVAL};
+use crate::config::ProxySettings;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-/// The connection builder with the proxy's protocol settings.
-pub fn conn_builder(shared: &ProxyShared) -> auto::Builder<TokioExecutor> {
+/// The connection builder with the proxy's protocol settings and limits.
+pub fn conn_builder(s: &ProxySettings) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(shared.settings.header_read_timeout)
-        .keep_alive(true);
+        // Closes the connection (no 408) when a request head takes longer.
+        .header_read_timeout(s.header_read_timeout)
+        .keep_alive(true)
+        // A head that does not fit the read buffer is answered with 431.
+        .max_buf_size(s.max_header_bytes.max(8192))
+        // More header lines than this: 431.
+        .max_headers(s.max_headers);
     b.http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(Some(250))
-        .max_pending_accept_reset_streams(Some(100))
-        .max_local_error_reset_streams(Some(1024));
+        .max_concurrent_streams(Some(s.http2_max_concurrent_streams))
+        .max_pending_accept_reset_streams(Some(s.http2_max_pending_accept_reset_streams))
+        .max_local_error_reset_streams(Some(s.http2_max_local_error_reset_streams))
+        // h2 answers 431 itself when a header list is larger.
+        .max_header_list_size(u32::try_from(s.max_header_bytes).unwrap_or(u32::MAX));
     b
 }
 
-/// Serves `listener` until `shutdown` turns true, then stops accepting and
-/// waits up to `drain` for open connections to finish their requests
-/// (HTTP/1 gets `Connection: close`, HTTP/2 a GOAWAY).
+/// Serves `listener` until `shutdown` turns true, then stops accepting
+/// (the socket is closed: new connections are refused) and waits up to
+/// `drain` for open connections to finish their requests (HTTP/1 gets
+/// `Connection: close`, HTTP/2 a GOAWAY). With `tls`, every connection is
+/// a TLS one and the certificate files are watched for changes.
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<ProxyShared>,
-    tls: bool,
+    tls: Option<Arc<Terminator>>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let builder = Arc::new(conn_builder(&shared));
+    let builder = Arc::new(conn_builder(&shared.settings));
     let graceful = GracefulShutdown::new();
+    let limit = Arc::new(Semaphore::new(shared.settings.max_connections));
+    if let Some(t) = &tls {
+        tokio::spawn(CertStore::watch(
+            Arc::downgrade(&t.store),
+            RELOAD_INTERVAL,
+            shutdown.clone(),
+        ));
+    }
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let info = ConnInfo { peer, tls };
-                let shared = shared.clone();
-                let svc = service_fn(move |req| handle(shared.clone(), info, req));
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(target: "weir::conn", %peer, error = %e, "connection ended with error");
-                    }
-                });
-            }
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p,
             _ = shutdown.changed() => break,
-        }
+        };
+        let Ok(permit) = permit else { break };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(connection(
+            stream,
+            peer,
+            shared.clone(),
+            builder.clone(),
+            tls.clone(),
+            graceful.watcher(),
+            permit,
+        ));
     }
     drop(listener);
     if tokio::time::timeout(drain, graceful.shutdown())
@@ -74,5 +109,82 @@ pub async fn serve(
             ?drain,
             "drain timeout reached; closing remaining connections"
         );
+    }
+}
+
+/// One accepted connection: TLS (if any), then HTTP.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<ProxyShared>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    tls: Option<Arc<Terminator>>,
+    watcher: Watcher,
+    _permit: OwnedSemaphorePermit,
+) {
+    let s = &shared.settings;
+    let guard = Arc::new(ConnGuard::default());
+    let tracker = || Tracker::new(s.max_header_bytes, s.max_headers);
+    match tls {
+        None => {
+            let io = Sniffed::new(stream, tracker(), guard.clone());
+            run(io, peer, false, guard, shared.clone(), &builder, watcher).await
+        }
+        Some(t) => {
+            let hs = tokio::time::timeout(s.header_read_timeout, t.acceptor.accept(stream)).await;
+            let stream = match hs {
+                Ok(Ok(st)) => st,
+                Ok(Err(e)) => {
+                    tracing::debug!(target: "weir::tls", %peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(target: "weir::tls", %peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+            let tracker = if h2 { Tracker::off() } else { tracker() };
+            let io = Sniffed::new(stream, tracker, guard.clone());
+            run(io, peer, true, guard, shared.clone(), &builder, watcher).await
+        }
+    }
+}
+
+async fn run<IO>(
+    io: IO,
+    peer: SocketAddr,
+    tls: bool,
+    guard: Arc<ConnGuard>,
+    shared: Arc<ProxyShared>,
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: Watcher,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let first_request_within = shared.settings.header_read_timeout;
+    let info = ConnInfo {
+        peer,
+        tls,
+        guard: Some(guard.clone()),
+    };
+    let svc = service_fn(move |req| handle(shared.clone(), info.clone(), req));
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .into_owned();
+    let conn = watcher.watch(conn);
+    tokio::pin!(conn);
+    let res = tokio::select! {
+        r = &mut conn => r,
+        _ = tokio::time::sleep(first_request_within) => {
+            if guard.requests() == 0 {
+                tracing::debug!(target: "weir::conn", %peer, "no request within the header read timeout; closing");
+                return;
+            }
+            conn.await
+        }
+    };
+    if let Err(e) = res {
+        tracing::debug!(target: "weir::conn", %peer, error = %e, "connection ended with error");
     }
 }

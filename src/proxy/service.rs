@@ -3,15 +3,19 @@
 
 use super::body::ProxyBody;
 use super::errors::ProxyError;
+use super::smuggle::ConnGuard;
 use super::strip_hop_by_hop;
 use super::upstream::{InFlight, UpstreamClient};
-use crate::config::ProxySettings;
+use super::{grpc, limits, upgrade};
+use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::control::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route, Side};
 use crate::stats::Role;
-use http::header::{HeaderValue, HOST, SET_COOKIE};
-use http::{Method, Request, Response, Uri, Version};
+use http::header::{HeaderValue, CONNECTION, HOST, SET_COOKIE, TE, UPGRADE};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use std::cell::RefCell;
@@ -40,12 +44,15 @@ impl ProxyShared {
 }
 
 /// Per-connection facts the request path needs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConnInfo {
     /// The TCP peer (client address for X-Forwarded-For and `sourceIp`).
     pub peer: SocketAddr,
     /// Whether the connection is TLS (X-Forwarded-Proto).
     pub tls: bool,
+    /// Request numbering and smuggling marks of the connection (`None`
+    /// when the caller does not track them, e.g. in unit tests).
+    pub guard: Option<Arc<ConnGuard>>,
 }
 
 thread_local! {
@@ -70,7 +77,19 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     let snap = shared.store.load();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+
+    // Phase: admission (the limits and framing checks hyper leaves to us).
+    if let Some(refused) = admit(&shared.settings, &conn, &parts) {
+        return Ok(refused);
+    }
+    // An upgrade (WebSocket) keeps its two hop-by-hop headers and takes
+    // the client connection over after a 101.
+    let upgrade_value = upgrade::requested(parts.version, &parts.headers);
+    let mut client_upgrade = match upgrade_value {
+        Some(_) => parts.extensions.remove::<OnUpgrade>(),
+        None => None,
+    };
 
     // Phase: route. HTTP/2 carries the authority in the URI, HTTP/1 in Host.
     let host_raw = parts
@@ -146,15 +165,50 @@ pub async fn handle(
         None
     };
     let host_owned = host.into_owned();
-    let mut up = upstream_request(parts, &endpoint.authority, conn, x_forwarded_host, route);
+    // The backend's protocol and TLS; an upgrade always goes over HTTP/1.1.
+    let spec = snap.spec.backends.get(&backend.name);
+    let protocol = match (&upgrade_value, spec) {
+        (Some(_), _) | (None, None) => UpstreamProtocol::Http1,
+        (None, Some(b)) => b.protocol,
+    };
+    let upstream_tls = spec.and_then(|b| b.tls.as_ref());
+    let client = match shared.client.client_for(protocol, upstream_tls) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(target: "weir::upstream", backend = %backend.name, error = %e, "no upstream client");
+            let msg = format!("cannot set up TLS to backend {}", backend.name);
+            return Ok(finish_error(
+                &shared,
+                rt,
+                role,
+                ProxyError::Upstream,
+                &msg,
+                start,
+            ));
+        }
+    };
+    let target = Target {
+        authority: &endpoint.authority,
+        tls: upstream_tls.is_some(),
+        protocol,
+        upgrade: upgrade_value,
+    };
+    let mut up = upstream_request(parts, &target, &conn, x_forwarded_host, route);
     let up_body = if decision.mirror {
         crate::mirror::dispatch(&shared, &snap, idx, &mut up, body)
     } else {
         ProxyBody::streamed(body)
     };
-    let up = up.map(|()| up_body);
+    let up = up.map(|()| idle_limited(up_body, shared.settings.body_idle_timeout));
     let guard = InFlight::start(endpoint.clone());
-    let result = tokio::time::timeout(route.timeout, shared.client.request(up)).await;
+    let result = tokio::time::timeout(route.timeout, client.request(up)).await;
+    // The client stopped sending its body: its fault, not the backend's.
+    let client_stalled = matches!(&result, Ok(Err(e)) if limits::is_idle_timeout(e));
+    // Passive outlier detection: a 5xx, a connect error, a broken exchange or a timeout.
+    let failed = !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
+    if !client_stalled {
+        backend.observe(&endpoint, failed);
+    }
 
     // Phase: response.
     let resp = match result {
@@ -165,8 +219,20 @@ pub async fn handle(
             );
             finish_error(&shared, rt, role, ProxyError::Timeout, &msg, start)
         }
+        Ok(Err(_)) if client_stalled => {
+            let mut r = ProxyError::RequestTimeout.response(&format!(
+                "no request body data for {:?}",
+                shared.settings.body_idle_timeout
+            ));
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
         Ok(Err(e)) => {
             tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
+            if e.is_connect() {
+                rt.metrics.record_connect_error(role);
+            }
             let msg = if e.is_connect() {
                 format!("cannot connect to {}", endpoint.address)
             } else {
@@ -176,7 +242,18 @@ pub async fn handle(
         }
         Ok(Ok(resp)) => {
             let (mut rp, rbody) = resp.into_parts();
+            // A 101 to an upgrade request: both connections become a tunnel.
+            let tunnel = match client_upgrade.take() {
+                Some(c) if rp.status == StatusCode::SWITCHING_PROTOCOLS => {
+                    rp.extensions.remove::<OnUpgrade>().map(|u| (c, u))
+                }
+                _ => None,
+            };
+            let switched_to = rp.headers.get(UPGRADE).cloned();
             strip_hop_by_hop(&mut rp.headers);
+            if let (Some(_), Some(v)) = (&tunnel, switched_to) {
+                upgrade::restore(&mut rp.headers, v);
+            }
             if !route.response_headers.is_empty() {
                 route.response_headers.apply(&mut rp.headers);
             }
@@ -188,15 +265,53 @@ pub async fn handle(
                 }
             }
             let status = rp.status.as_u16();
-            let now = Instant::now();
-            let latency = now.duration_since(start);
-            rt.stats.record(
-                role,
-                shared.now_sec(now),
-                status >= 500,
-                latency.as_micros() as u64,
-            );
-            Response::from_parts(rp, ProxyBody::streamed(rbody).with_guard(Box::new(guard)))
+            // gRPC fails inside a 200: see `grpc` for the rule.
+            let is_grpc = grpc::is_grpc(&rp.headers);
+            let grpc_status = rp.headers.get("grpc-status");
+            let failed = status >= 500 || (is_grpc && grpc_status.is_some_and(grpc::status_failed));
+            let decided_by_trailers = is_grpc && grpc_status.is_none() && status < 500;
+            let body = if let Some((client_io, upstream_io)) = tunnel {
+                upgrade::splice(client_io, upstream_io, guard);
+                ProxyBody::empty()
+            } else if decided_by_trailers {
+                // Recorded when the trailers arrive (latency = whole call).
+                let (stats, metrics, sh) = (rt.stats.clone(), rt.metrics.clone(), shared.clone());
+                let on_done: grpc::OnOutcome = Box::new(move |outcome| {
+                    let now = Instant::now();
+                    let latency = now.duration_since(start);
+                    stats.record(
+                        role,
+                        sh.now_sec(now),
+                        outcome == grpc::Outcome::Failed,
+                        latency.as_micros() as u64,
+                    );
+                    metrics.record(role, status, latency);
+                });
+                let watched = grpc::StatusWatch::new(rbody, on_done);
+                idle_limited(
+                    ProxyBody::boxed(http_body_util::BodyExt::boxed(watched)),
+                    shared.settings.body_idle_timeout,
+                )
+                .with_guard(Box::new(guard))
+            } else {
+                idle_limited(
+                    ProxyBody::streamed(rbody),
+                    shared.settings.body_idle_timeout,
+                )
+                .with_guard(Box::new(guard))
+            };
+            if !decided_by_trailers {
+                let now = Instant::now();
+                let latency = now.duration_since(start);
+                rt.stats.record(
+                    role,
+                    shared.now_sec(now),
+                    failed,
+                    latency.as_micros() as u64,
+                );
+                rt.metrics.record(role, status, latency);
+            }
+            Response::from_parts(rp, body)
         }
     };
     if let Some(p) = log_path {
@@ -214,14 +329,72 @@ pub async fn handle(
     Ok(resp)
 }
 
-/// Builds the request sent upstream: absolute URI to the endpoint, HTTP/1.1
-/// (the pool speaks HTTP/1.1 even when the client spoke HTTP/2),
-/// hop-by-hop headers stripped, X-Forwarded-* set, the client's Host kept
-/// (or added from the HTTP/2 authority), route header edits applied.
+/// Refuses what must not be forwarded: a request smuggling attempt (400,
+/// connection closed), a request target over `maxUriBytes` (414), more
+/// header fields than `maxHeaders` (431; HTTP/1 heads are already checked by
+/// hyper, this catches HTTP/2). Numbers every request of the connection.
+fn admit(
+    settings: &ProxySettings,
+    conn: &ConnInfo,
+    parts: &http::request::Parts,
+) -> Option<Response<ProxyBody>> {
+    if let Some(g) = &conn.guard {
+        let index = g.next_request();
+        if g.is_smuggling(index) {
+            let mut r = ProxyError::BadRequest
+                .response("both Content-Length and Transfer-Encoding (request smuggling)");
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+    }
+    if limits::request_target_len(&parts.uri) > settings.max_uri_bytes {
+        return Some(ProxyError::UriTooLong.response(&format!(
+            "the request target is longer than {} bytes",
+            settings.max_uri_bytes
+        )));
+    }
+    if limits::too_many_headers(&parts.headers, settings.max_headers) {
+        return Some(
+            ProxyError::HeadersTooLarge
+                .response(&format!("more than {} header fields", settings.max_headers)),
+        );
+    }
+    None
+}
+
+/// Puts the body idle timeout on a body that has anything left to send.
+fn idle_limited(body: ProxyBody, after: std::time::Duration) -> ProxyBody {
+    if body.is_end_stream() {
+        return body;
+    }
+    ProxyBody::boxed(http_body_util::BodyExt::boxed(limits::IdleTimeout::new(
+        body, after,
+    )))
+}
+
+/// Where and how a request goes upstream.
+struct Target<'a> {
+    /// The endpoint.
+    authority: &'a http::uri::Authority,
+    /// TLS to the endpoint (`https` scheme).
+    tls: bool,
+    /// The backend's protocol (HTTP/1.1 for upgrades).
+    protocol: UpstreamProtocol,
+    /// The client's `Upgrade` value, kept for the upstream.
+    upgrade: Option<HeaderValue>,
+}
+
+/// Builds the request sent upstream: absolute URI to the endpoint, version
+/// HTTP/1.1 (the client picks the real version per connection: an HTTP/2
+/// pool sends it as HTTP/2), hop-by-hop headers stripped (except an
+/// upgrade's, and `te: trailers` towards HTTP/2 backends, which gRPC
+/// needs), X-Forwarded-* set, the client's Host kept (or added from the
+/// HTTP/2 authority), route header edits applied.
 fn upstream_request(
     parts: http::request::Parts,
-    authority: &http::uri::Authority,
-    conn: ConnInfo,
+    target: &Target<'_>,
+    conn: &ConnInfo,
     x_forwarded_host: Option<HeaderValue>,
     route: &Route,
 ) -> Request<()> {
@@ -232,7 +405,20 @@ fn upstream_request(
         version,
         ..
     } = parts;
+    let te_trailers = target.protocol != UpstreamProtocol::Http1
+        && headers
+            .get_all(TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
     strip_hop_by_hop(&mut headers);
+    if let Some(u) = &target.upgrade {
+        upgrade::restore(&mut headers, u.clone());
+    }
+    if te_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
     if version == Version::HTTP_2 && !headers.contains_key(HOST) {
         if let Some(a) = uri.authority() {
             if let Ok(v) = HeaderValue::from_str(a.as_str()) {
@@ -251,7 +437,10 @@ fn upstream_request(
     if !route.request_headers.is_empty() {
         route.request_headers.apply(&mut headers);
     }
-    let mut up = Uri::builder().scheme("http").authority(authority.clone());
+    let scheme = if target.tls { "https" } else { "http" };
+    let mut up = Uri::builder()
+        .scheme(scheme)
+        .authority(target.authority.clone());
     up = up.path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
     let mut req = Request::new(());
     *req.method_mut() = method;
@@ -291,6 +480,8 @@ fn finish_error(
         true,
         now.duration_since(start).as_micros() as u64,
     );
+    rt.metrics
+        .record_proxy_error(role, err, now.duration_since(start));
     err.response(detail)
 }
 
@@ -314,6 +505,6 @@ fn log_access(
 }
 
 /// Re-exported for the mirror, which builds its own copy of the request.
-pub(crate) fn snapshot_route<'a>(snap: &'a Snapshot, idx: usize) -> (&'a Route, &'a RouteRuntime) {
+pub(crate) fn snapshot_route(snap: &Snapshot, idx: usize) -> (&Route, &RouteRuntime) {
     (&snap.spec.routing.routes[idx], &snap.routes[idx])
 }

@@ -4,36 +4,32 @@
 //! Backend state outlives table swaps: a new table that still names backend
 //! `app-blue` gets the same `Arc<Backend>`, so in-flight counts, outlier
 //! state and pooled connections carry over.
+//!
+//! A table write that changes a backend's endpoint list does not touch the
+//! rotation: it starts a readiness-gated rolling update
+//! ([`EndpointControl::sync`]), which the backend's driver task
+//! (`endpoints::driver`) applies one step per tick (DESIGN §7).
 
 use crate::config::{BackendSpec, LoadBalancer, ProxySettings};
-use crate::proxy::body::ProxyBody;
+use crate::endpoints::rolling::RollingStatus;
+use crate::endpoints::runtime::{
+    now_ms, EndpointControl, EndpointsView, HealthView, RolloutSnapshot,
+};
 use arc_swap::ArcSwap;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// The pooled upstream client type.
-pub type UpstreamClient = Client<HttpConnector, ProxyBody>;
+/// The pooled upstream clients (one per protocol and TLS setting, see
+/// `proxy::client`).
+pub type UpstreamClient = super::client::UpstreamClients;
 
-/// Builds the shared client: keep-alive pool with idle timeout (needs the
+/// Builds the shared clients: keep-alive pools with idle timeout (needs the
 /// timer, or idle connections are never reaped), per-host idle cap,
 /// TCP_NODELAY and a connect timeout. Names are resolved at connect time, so
 /// a `host:port` endpoint follows DNS changes on its next new connection.
 pub fn build_client(settings: &ProxySettings) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(settings.connect_timeout));
-    connector.set_keepalive(Some(std::time::Duration::from_secs(60)));
-    connector.enforce_http(true);
-    Client::builder(TokioExecutor::new())
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .pool_idle_timeout(settings.upstream_idle_timeout)
-        .pool_max_idle_per_host(settings.upstream_max_idle_per_host)
-        .build(connector)
+    super::client::UpstreamClients::new(settings)
 }
 
 /// One upstream address.
@@ -49,6 +45,13 @@ pub struct Endpoint {
     pub ready: AtomicBool,
     /// Set when the endpoint leaves the rotation: no new requests.
     pub draining: AtomicBool,
+    /// Outlier ejection: skipped by the pick until this time on the endpoint
+    /// clock (`endpoints::runtime::now_ms`); 0 = not ejected, so the pick reads
+    /// the clock only while an ejection is recent.
+    pub ejected_until_ms: AtomicU64,
+    /// Failed upstream results in a row, counted without a lock on the request
+    /// path (outlier detection).
+    pub consecutive_failures: AtomicU32,
 }
 
 impl Endpoint {
@@ -61,11 +64,30 @@ impl Endpoint {
             in_flight: AtomicUsize::new(0),
             ready: AtomicBool::new(true),
             draining: AtomicBool::new(false),
+            ejected_until_ms: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
         }))
     }
 
-    fn usable(&self) -> bool {
+    /// Ejected by outlier detection right now (the API shows it).
+    pub fn is_ejected(&self) -> bool {
+        let until = self.ejected_until_ms.load(Ordering::Relaxed);
+        until != 0 && until > now_ms()
+    }
+
+    /// Ready and not draining: may serve, unless ejected.
+    fn serving(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && !self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Serving and not ejected; `now` is read from the clock at most once per pick,
+    /// and only when some endpoint carries an ejection stamp.
+    fn usable(&self, now: &mut Option<u64>) -> bool {
+        if !self.serving() {
+            return false;
+        }
+        let until = self.ejected_until_ms.load(Ordering::Relaxed);
+        until == 0 || until <= *now.get_or_insert_with(now_ms)
     }
 }
 
@@ -97,43 +119,49 @@ pub struct Backend {
     pub rotation: ArcSwap<Vec<Arc<Endpoint>>>,
     /// Round-robin cursor.
     cursor: AtomicUsize,
+    /// Health, rolling update and outlier state of the endpoints.
+    control: EndpointControl,
+    /// Set once a driver task runs for this backend (`endpoints::driver`).
+    pub(crate) driver_started: AtomicBool,
 }
 
 impl Backend {
     fn new(spec: &BackendSpec) -> Arc<Self> {
-        let eps: Vec<Arc<Endpoint>> = spec
-            .endpoints
-            .iter()
-            .filter_map(|e| Endpoint::new(e))
-            .collect();
+        let (control, eps) = EndpointControl::new(spec, now_ms());
         Arc::new(Backend {
             name: spec.name.clone(),
             lb: ArcSwap::from_pointee(spec.load_balancer),
             rotation: ArcSwap::from_pointee(eps),
             cursor: AtomicUsize::new(0),
+            control,
+            driver_started: AtomicBool::new(false),
         })
     }
 
-    /// Picks an endpoint among the usable ones; `r` is a random word for
-    /// the power-of-two-choices draw. `None` when nothing is usable (→ 503).
+    /// Picks an endpoint among the usable ones (ready, not draining, not
+    /// ejected); `r` is a random word for the power-of-two-choices draw.
+    /// If outlier ejection has left nothing usable, a ready ejected endpoint
+    /// is used rather than failing (Envoy's panic routing): ejection must
+    /// never be what takes a backend down. `None` when nothing is ready (→ 503).
     pub fn pick(&self, r: u64) -> Option<Arc<Endpoint>> {
         let rot = self.rotation.load();
         let n = rot.len();
         if n == 0 {
             return None;
         }
-        match **self.lb.load() {
+        let mut now = None;
+        let picked = match **self.lb.load() {
             LoadBalancer::RoundRobin => {
                 let start = self.cursor.fetch_add(1, Ordering::Relaxed);
                 (0..n)
                     .map(|i| &rot[(start + i) % n])
-                    .find(|e| e.usable())
+                    .find(|e| e.usable(&mut now))
                     .cloned()
             }
             LoadBalancer::LeastRequest => {
                 let a = &rot[(r as usize) % n];
                 let b = &rot[((r >> 32) as usize) % n];
-                let best = match (a.usable(), b.usable()) {
+                let best = match (a.usable(&mut now), b.usable(&mut now)) {
                     (true, true) => {
                         if b.in_flight.load(Ordering::Relaxed) < a.in_flight.load(Ordering::Relaxed)
                         {
@@ -144,11 +172,56 @@ impl Backend {
                     }
                     (true, false) => a,
                     (false, true) => b,
-                    (false, false) => return rot.iter().find(|e| e.usable()).cloned(),
+                    (false, false) => return rot.iter().find(|e| e.usable(&mut now)).cloned(),
                 };
                 Some(best.clone())
             }
-        }
+        };
+        picked.or_else(|| rot.iter().find(|e| e.serving()).cloned())
+    }
+
+    /// Reports one upstream result of `endpoint` (request path, after the
+    /// answer or the error): `failed` is a 5xx, a connect error, a broken
+    /// exchange or a timeout. Feeds passive outlier detection; costs one
+    /// relaxed atomic operation unless this failure reaches the threshold.
+    pub fn observe(&self, endpoint: &Endpoint, failed: bool) {
+        self.control.observe(endpoint, failed);
+    }
+
+    /// Counts and phase of the endpoint rolling update (`Complete` when the
+    /// rotation is the configured list, all ready).
+    pub fn rollout_status(&self) -> RollingStatus {
+        self.control.status()
+    }
+
+    /// Generation, desired list and status of the rolling update. The
+    /// generation grows by one with every table write that changes the
+    /// endpoint list.
+    pub fn rollout(&self) -> RolloutSnapshot {
+        self.control.snapshot()
+    }
+
+    /// Follows the rolling update: a new value after every change, e.g.
+    /// `rx.wait_for(|s| s.is_complete(generation)).await`.
+    pub fn subscribe_rollout(&self) -> tokio::sync::watch::Receiver<RolloutSnapshot> {
+        self.control.subscribe()
+    }
+
+    /// Endpoints (in rotation, joining, draining; ready, ejected, in flight),
+    /// rolling-update counts, phase and recent events, for the API.
+    pub fn endpoints_view(&self) -> EndpointsView {
+        self.control.view(now_ms())
+    }
+
+    /// Health checks and outlier detection in force, and which endpoints of
+    /// the rotation pass them, for the API.
+    pub fn health_view(&self) -> HealthView {
+        self.control.health_view(&self.rotation.load(), now_ms())
+    }
+
+    /// The endpoint state machine (for the driver).
+    pub(crate) fn control(&self) -> &EndpointControl {
+        &self.control
     }
 
     /// The endpoint addresses in rotation, in order.
@@ -168,38 +241,15 @@ pub struct BackendRegistry {
 }
 
 impl BackendRegistry {
-    /// The runtime backend for `spec`, created on first sight. A changed
-    /// endpoint list replaces the rotation, keeping the state of endpoints
-    /// that stay (readiness-gated rolling updates live in `endpoints/`).
+    /// The runtime backend for `spec`, created on first sight (its endpoints
+    /// serve at once). For a known backend, settings follow the spec and a
+    /// changed endpoint list starts a rolling update: the rotation is left
+    /// as it is and the backend's driver moves it one step per tick.
     pub fn sync(&self, spec: &BackendSpec) -> Arc<Backend> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = map.get(&spec.name) {
             b.lb.store(Arc::new(spec.load_balancer));
-            let current = b.rotation.load();
-            let same = current.len() == spec.endpoints.len()
-                && current
-                    .iter()
-                    .zip(&spec.endpoints)
-                    .all(|(e, s)| e.address == *s);
-            if !same {
-                let next: Vec<Arc<Endpoint>> = spec
-                    .endpoints
-                    .iter()
-                    .filter_map(|s| {
-                        current
-                            .iter()
-                            .find(|e| e.address == *s)
-                            .cloned()
-                            .or_else(|| Endpoint::new(s))
-                    })
-                    .collect();
-                for old in current.iter() {
-                    if !next.iter().any(|e| Arc::ptr_eq(e, old)) {
-                        old.draining.store(true, Ordering::Relaxed);
-                    }
-                }
-                b.rotation.store(Arc::new(next));
-            }
+            b.control.sync(spec, &b.rotation, now_ms());
             return b.clone();
         }
         let b = Backend::new(spec);

@@ -43,7 +43,14 @@ impl Req {
         self
     }
     fn view(&self) -> RequestView<'_> {
-        RequestView::new(&self.host, &self.path, self.query.as_deref(), &self.method, &self.headers, self.ip)
+        RequestView::new(
+            &self.host,
+            &self.path,
+            self.query.as_deref(),
+            &self.method,
+            &self.headers,
+            self.ip,
+        )
     }
 }
 
@@ -51,7 +58,15 @@ impl Req {
 /// rules can send a request there.
 fn side(t: &TableSpec, r: &Req) -> Side {
     let route = &t.routing.routes[0];
-    decide(&r.view(), route, Draw { weight: 99, mirror: 99 }).side
+    decide(
+        &r.view(),
+        route,
+        Draw {
+            weight: 99,
+            mirror: 99,
+        },
+    )
+    .side
 }
 
 fn ab(rule: &str) -> TableSpec {
@@ -60,25 +75,88 @@ fn ab(rule: &str) -> TableSpec {
     ))
 }
 
+/// A match rule (YAML), the request headers, and the side expected.
+type HeaderCase<'a> = (&'a str, &'a [(&'a str, &'a str)], Side);
+
 #[test]
 fn header_matchers_every_kind() {
-    let cases: &[(&str, &[(&str, &str)], Side)] = &[
-        ("{ headers: { x-canary: { exact: insider } } }", &[("x-canary", "insider")], Side::Canary),
-        ("{ headers: { x-canary: { exact: insider } } }", &[("x-canary", "insider2")], Side::Primary),
-        ("{ headers: { x-canary: { exact: insider } } }", &[], Side::Primary),
-        ("{ headers: { X-Canary: { exact: insider } } }", &[("x-canary", "insider")], Side::Canary),
-        ("{ headers: { user-agent: { prefix: Mozilla } } }", &[("user-agent", "Mozilla/5.0")], Side::Canary),
-        ("{ headers: { user-agent: { prefix: Mozilla } } }", &[("user-agent", "curl/8")], Side::Primary),
-        ("{ headers: { x-tenant: { suffix: .beta } } }", &[("x-tenant", "acme.beta")], Side::Canary),
-        ("{ headers: { x-tenant: { suffix: .beta } } }", &[("x-tenant", "acme.prod")], Side::Primary),
-        ("{ headers: { user-agent: { regex: \".*Firefox.*\" } } }", &[("user-agent", "Mozilla Firefox/120")], Side::Canary),
-        ("{ headers: { user-agent: { regex: \"^Firefox\" } } }", &[("user-agent", "Mozilla Firefox/120")], Side::Primary),
-        ("{ headers: { x-debug: { present: true } } }", &[("x-debug", "")], Side::Canary),
-        ("{ headers: { x-debug: { present: true } } }", &[], Side::Primary),
-        ("{ headers: { x-debug: { present: false } } }", &[], Side::Canary),
-        ("{ headers: { x-debug: { present: false } } }", &[("x-debug", "1")], Side::Primary),
+    let cases: &[HeaderCase] = &[
+        (
+            "{ headers: { x-canary: { exact: insider } } }",
+            &[("x-canary", "insider")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { x-canary: { exact: insider } } }",
+            &[("x-canary", "insider2")],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { x-canary: { exact: insider } } }",
+            &[],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { X-Canary: { exact: insider } } }",
+            &[("x-canary", "insider")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { user-agent: { prefix: Mozilla } } }",
+            &[("user-agent", "Mozilla/5.0")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { user-agent: { prefix: Mozilla } } }",
+            &[("user-agent", "curl/8")],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { x-tenant: { suffix: .beta } } }",
+            &[("x-tenant", "acme.beta")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { x-tenant: { suffix: .beta } } }",
+            &[("x-tenant", "acme.prod")],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { user-agent: { regex: \".*Firefox.*\" } } }",
+            &[("user-agent", "Mozilla Firefox/120")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { user-agent: { regex: \"^Firefox\" } } }",
+            &[("user-agent", "Mozilla Firefox/120")],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { x-debug: { present: true } } }",
+            &[("x-debug", "")],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { x-debug: { present: true } } }",
+            &[],
+            Side::Primary,
+        ),
+        (
+            "{ headers: { x-debug: { present: false } } }",
+            &[],
+            Side::Canary,
+        ),
+        (
+            "{ headers: { x-debug: { present: false } } }",
+            &[("x-debug", "1")],
+            Side::Primary,
+        ),
         // A repeated header matches if any of its values does.
-        ("{ headers: { x-group: { exact: b } } }", &[("x-group", "a"), ("x-group", "b")], Side::Canary),
+        (
+            "{ headers: { x-group: { exact: b } } }",
+            &[("x-group", "a"), ("x-group", "b")],
+            Side::Canary,
+        ),
     ];
     for (rule, headers, want) in cases {
         let t = ab(rule);
@@ -93,28 +171,68 @@ fn header_matchers_every_kind() {
 #[test]
 fn flagger_cookie_header_regex_keeps_working() {
     let t = ab("{ headers: { cookie: { regex: \"^(.*?;)?(canary=always)(;.*)?$\" } } }");
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=always")), Side::Canary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=always;a=b")), Side::Canary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b;canary=always")), Side::Canary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=never")), Side::Primary);
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "canary=always")),
+        Side::Canary
+    );
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "canary=always;a=b")),
+        Side::Canary
+    );
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "a=b;canary=always")),
+        Side::Canary
+    );
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "canary=never")),
+        Side::Primary
+    );
     // HTTP/2 split cookies are joined with "; " before the regex sees them,
     // exactly as one HTTP/1 header would carry them.
-    let split = Req::new("/").header("cookie", "canary=always").header("cookie", "a=b");
+    let split = Req::new("/")
+        .header("cookie", "canary=always")
+        .header("cookie", "a=b");
     assert_eq!(side(&t, &split), Side::Canary);
 }
 
 #[test]
 fn cookie_matchers_parse_every_cookie_header() {
     let t = ab("{ cookies: { canary: { exact: always } } }");
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b; canary=always; c=d")), Side::Canary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "a=b").header("cookie", "canary=always")), Side::Canary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "xcanary=always")), Side::Primary);
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "canary=alwaysx")), Side::Primary);
+    assert_eq!(
+        side(
+            &t,
+            &Req::new("/").header("cookie", "a=b; canary=always; c=d")
+        ),
+        Side::Canary
+    );
+    assert_eq!(
+        side(
+            &t,
+            &Req::new("/")
+                .header("cookie", "a=b")
+                .header("cookie", "canary=always")
+        ),
+        Side::Canary
+    );
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "xcanary=always")),
+        Side::Primary
+    );
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "canary=alwaysx")),
+        Side::Primary
+    );
     // Percent-encoded values are decoded by the cookie crate.
     let t = ab("{ cookies: { group: { exact: \"a b\" } } }");
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "group=a%20b")), Side::Canary);
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "group=a%20b")),
+        Side::Canary
+    );
     let t = ab("{ cookies: { session: { present: true } } }");
-    assert_eq!(side(&t, &Req::new("/").header("cookie", "session=1")), Side::Canary);
+    assert_eq!(
+        side(&t, &Req::new("/").header("cookie", "session=1")),
+        Side::Canary
+    );
     assert_eq!(side(&t, &Req::new("/")), Side::Primary);
 }
 
@@ -157,7 +275,11 @@ fn all_conditions_of_an_item_must_hold_any_item_may_match() {
     assert_eq!(side(&t, &Req::new("/").header("x-a", "1")), Side::Canary);
     let mut post = Req::new("/").header("x-a", "1");
     post.method = Method::POST;
-    assert_eq!(side(&t, &post), Side::Primary, "second condition of item 0 fails");
+    assert_eq!(
+        side(&t, &post),
+        Side::Primary,
+        "second condition of item 0 fails"
+    );
     assert_eq!(side(&t, &Req::new("/?b=1")), Side::Canary, "item 1 alone");
     assert_eq!(side(&t, &Req::new("/")), Side::Primary);
 }
@@ -175,17 +297,48 @@ fn host_then_longest_prefix() {
     ));
     let name = |host: &str, path: &str| {
         let h = normalize_host(host);
-        t.routing.find(&h, path).map(|i| t.routing.routes[i].name.clone())
+        t.routing
+            .find(&h, path)
+            .map(|i| t.routing.routes[i].name.clone())
     };
-    assert_eq!(name("app.example.com", "/api/v2/x").as_deref(), Some("exact-api-v2"));
-    assert_eq!(name("app.example.com", "/api/v1").as_deref(), Some("exact-root"));
-    assert_eq!(name("APP.Example.com:8080", "/x").as_deref(), Some("exact-root"), "case and port ignored");
-    assert_eq!(name("app.example.com.", "/x").as_deref(), Some("exact-root"), "trailing dot ignored");
+    assert_eq!(
+        name("app.example.com", "/api/v2/x").as_deref(),
+        Some("exact-api-v2")
+    );
+    assert_eq!(
+        name("app.example.com", "/api/v1").as_deref(),
+        Some("exact-root")
+    );
+    assert_eq!(
+        name("APP.Example.com:8080", "/x").as_deref(),
+        Some("exact-root"),
+        "case and port ignored"
+    );
+    assert_eq!(
+        name("app.example.com.", "/x").as_deref(),
+        Some("exact-root"),
+        "trailing dot ignored"
+    );
     assert_eq!(name("x.example.com", "/wild/1").as_deref(), Some("wild"));
-    assert_eq!(name("x.example.com", "/other").as_deref(), Some("any-root"), "falls through to any-host");
-    assert_eq!(name("a.eu.example.com", "/wild").as_deref(), Some("wild-deep"), "longest wildcard first");
-    assert_eq!(name("example.com", "/wild").as_deref(), Some("any-root"), "*.x does not match x");
-    assert_eq!(name("api.example.com", "/v1/a").as_deref(), Some("only-exact-api"));
+    assert_eq!(
+        name("x.example.com", "/other").as_deref(),
+        Some("any-root"),
+        "falls through to any-host"
+    );
+    assert_eq!(
+        name("a.eu.example.com", "/wild").as_deref(),
+        Some("wild-deep"),
+        "longest wildcard first"
+    );
+    assert_eq!(
+        name("example.com", "/wild").as_deref(),
+        Some("any-root"),
+        "*.x does not match x"
+    );
+    assert_eq!(
+        name("api.example.com", "/v1/a").as_deref(),
+        Some("only-exact-api")
+    );
     assert_eq!(name("api.example.com", "/api").as_deref(), Some("any-api"));
     assert_eq!(name("other.org", "/api/x").as_deref(), Some("any-api"));
 }
@@ -204,7 +357,10 @@ fn normalize_host_forms() {
     assert_eq!(normalize_host("[::1]:8080"), "[::1]");
     assert_eq!(normalize_host("[::1]"), "[::1]");
     assert_eq!(normalize_host("127.0.0.1:1"), "127.0.0.1");
-    assert!(matches!(normalize_host("lower.case"), std::borrow::Cow::Borrowed(_)));
+    assert!(matches!(
+        normalize_host("lower.case"),
+        std::borrow::Cow::Borrowed(_)
+    ));
 }
 
 /// The 99.99% two-sided normal bound of a binomial count.
@@ -212,7 +368,10 @@ fn bounds(n: u64, p: f64) -> (u64, u64) {
     const Z: f64 = 3.891;
     let mean = n as f64 * p;
     let sd = (n as f64 * p * (1.0 - p)).sqrt();
-    ((mean - Z * sd).floor() as u64, (mean + Z * sd).ceil() as u64)
+    (
+        (mean - Z * sd).floor() as u64,
+        (mean + Z * sd).ceil() as u64,
+    )
 }
 
 #[test]
@@ -220,7 +379,9 @@ fn weighted_split_within_binomial_bound() {
     const N: u64 = 100_000;
     let mut rng = SmallRng::seed_from_u64(0x5eed);
     for w in [1u8, 10, 50, 90] {
-        let t = table(&format!("  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"));
+        let t = table(&format!(
+            "  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"
+        ));
         let route = &t.routing.routes[0];
         let r = Req::new("/");
         let view = r.view();
@@ -228,7 +389,10 @@ fn weighted_split_within_binomial_bound() {
             .filter(|_| decide(&view, route, Draw::from_u64(rng.next_u64())).side == Side::Canary)
             .count() as u64;
         let (lo, hi) = bounds(N, w as f64 / 100.0);
-        assert!((lo..=hi).contains(&canary), "weight {w}: {canary} canary of {N}, expected {lo}..={hi}");
+        assert!(
+            (lo..=hi).contains(&canary),
+            "weight {w}: {canary} canary of {N}, expected {lo}..={hi}"
+        );
     }
 }
 
@@ -236,9 +400,18 @@ fn weighted_split_within_binomial_bound() {
 fn weight_edges_are_exact() {
     let r = Req::new("/");
     for (w, want) in [(0u8, Side::Primary), (100, Side::Canary)] {
-        let t = table(&format!("  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"));
+        let t = table(&format!(
+            "  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"
+        ));
         for draw in [0u8, 1, 50, 98, 99] {
-            let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: draw, mirror: 0 });
+            let d = decide(
+                &r.view(),
+                &t.routing.routes[0],
+                Draw {
+                    weight: draw,
+                    mirror: 0,
+                },
+            );
             assert_eq!(d.side, want, "weight {w} draw {draw}");
             assert_eq!(d.reason, Reason::Weight);
         }
@@ -253,11 +426,28 @@ fn weight_edges_are_exact() {
 fn match_wins_over_weight_and_no_canary_means_primary() {
     let t = table("  - name: app\n    primary: blue\n    canary: green\n    canaryWeight: 0\n    match:\n      - headers: { x-canary: { exact: insider } }\n");
     let r = Req::new("/").header("x-canary", "insider");
-    let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: 0, mirror: 0 });
+    let d = decide(
+        &r.view(),
+        &t.routing.routes[0],
+        Draw {
+            weight: 0,
+            mirror: 0,
+        },
+    );
     assert_eq!((d.side, d.reason), (Side::Canary, Reason::Match));
     let t = table("  - { name: app, primary: blue }\n");
-    let d = decide(&r.view(), &t.routing.routes[0], Draw { weight: 0, mirror: 0 });
-    assert_eq!((d.side, d.reason, d.mirror), (Side::Primary, Reason::NoCanary, false));
+    let d = decide(
+        &r.view(),
+        &t.routing.routes[0],
+        Draw {
+            weight: 0,
+            mirror: 0,
+        },
+    );
+    assert_eq!(
+        (d.side, d.reason, d.mirror),
+        (Side::Primary, Reason::NoCanary, false)
+    );
 }
 
 #[test]
@@ -265,7 +455,16 @@ fn mirror_only_for_primary_bound_requests_and_by_weight() {
     let t = table("  - { name: app, primary: blue, canary: green, canaryWeight: 50, mirror: { weight: 30 } }\n");
     let route = &t.routing.routes[0];
     let r = Req::new("/");
-    let d = |w: u8, m: u8| decide(&r.view(), route, Draw { weight: w, mirror: m });
+    let d = |w: u8, m: u8| {
+        decide(
+            &r.view(),
+            route,
+            Draw {
+                weight: w,
+                mirror: m,
+            },
+        )
+    };
     assert!(d(60, 29).mirror, "primary side, mirror draw under 30");
     assert!(!d(60, 30).mirror, "mirror draw at 30 is outside");
     assert!(!d(10, 0).mirror, "canary-bound requests are never mirrored");

@@ -23,7 +23,11 @@ pub async fn echo(version: &str) -> EchoHandle {
 pub async fn echo_with(version: &str, error_rate: f64, latency: Duration) -> EchoHandle {
     weir::echo::spawn(
         "127.0.0.1:0".parse().unwrap(),
-        EchoOptions { version: version.into(), error_rate, latency },
+        EchoOptions {
+            version: version.into(),
+            error_rate,
+            latency,
+        },
     )
     .await
     .expect("bind echo backend")
@@ -32,11 +36,16 @@ pub async fn echo_with(version: &str, error_rate: f64, latency: Duration) -> Ech
 /// Parses a YAML config (listener `127.0.0.1:0` is added when none is
 /// given) and starts the whole app.
 pub async fn proxy(yaml: &str) -> RunningApp {
-    let yaml = if yaml.contains("listeners:") {
+    let mut yaml = if yaml.contains("listeners:") {
         yaml.to_string()
     } else {
         format!("listeners:\n  - name: http\n    address: 127.0.0.1:0\n{yaml}")
     };
+    // Tests run in parallel: the admin API takes a free port too unless
+    // the test configures one (`RunningApp::admin_addr` tells which).
+    if !yaml.contains("admin:") {
+        yaml = format!("admin:\n  address: 127.0.0.1:0\n{yaml}");
+    }
     let cfg = weir::config::parse_yaml(&yaml, "test.yaml", Path::new("."))
         .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{yaml}"));
     weir::app::start(cfg).await.expect("start app")
@@ -46,7 +55,9 @@ pub async fn proxy(yaml: &str) -> RunningApp {
 pub type TestClient = Client<HttpConnector, Full<Bytes>>;
 
 pub fn client() -> TestClient {
-    Client::builder(TokioExecutor::new()).pool_max_idle_per_host(64).build_http()
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(64)
+        .build_http()
 }
 
 /// A response read whole.
@@ -69,7 +80,8 @@ impl Resp {
         self.header("x-weir-version")
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 }
 
@@ -78,7 +90,11 @@ pub async fn send(c: &TestClient, req: http::Request<Full<Bytes>>) -> Resp {
     let resp = c.request(req).await.expect("request failed");
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.expect("body").to_bytes();
-    Resp { status: parts.status.as_u16(), headers: parts.headers, body }
+    Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body,
+    }
 }
 
 /// A GET with extra headers.
@@ -91,7 +107,12 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> http::Requ
 }
 
 /// GET shorthand.
-pub async fn get_once(c: &TestClient, addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
+pub async fn get_once(
+    c: &TestClient,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Resp {
     send(c, get(addr, path, headers)).await
 }
 

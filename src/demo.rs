@@ -1,0 +1,829 @@
+//! `weir demo`: a release, end to end, in one process and under a minute.
+//!
+//! Each scenario starts two `weir echo` backends (v1, and v2 — failing 30 % of its
+//! requests in `rollback`), a proxy whose route `app` has the slots `app-blue` (primary,
+//! v1) and `app-green` (the idle slot, also v1), and the rollout engine with 1 s
+//! intervals. Clients send traffic through the proxy the whole time. The demo then
+//! *deploys* v2 to the idle slot (its endpoint list changes to the v2 backend, as a
+//! deploy script would do through the API), the engine sees the new revision on the
+//! slot's `/version`, and the run plays out live: one line per rollout event, and a
+//! traffic line per second with what the clients got. The demo ends with the outcome and
+//! checks it: the phase (Succeeded, or Failed for `rollback`), who serves afterwards,
+//! and what the scenario promises:
+//!
+//! | scenario | strategy | checked |
+//! |---|---|---|
+//! | `promote` | canary, 20 % steps to 60 % | promoted by swap: every client gets v2 afterwards |
+//! | `rollback` | canary, v2 fails 30 % | rolled back after 2 failed checks: every client gets v1 |
+//! | `ab` | A/B, `x-canary: insider`, 4 iterations | only insiders reach v2 during the run |
+//! | `bluegreen` | blue/green, 3 iterations, acceptance webhook | no client reaches v2 before the cutover |
+//! | `mirror` | blue/green with mirroring | v2 gets shadow copies, no client reaches v2 before the cutover |
+//! | `affinity` | canary with session affinity | no client with a cookie jar ever goes back from v2 to v1 |
+//!
+//! The process exits 0 only when the outcome is the expected one. [`HookServer`] and
+//! [`CookieJar`] are the small fixtures the demo needs; the end-to-end tests use them too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::app::RunningApp;
+use crate::echo::{EchoHandle, EchoOptions};
+use crate::rollout::{Phase, RolloutEvent};
+
+/// Which release the demo plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// A healthy v2 promoted by progressive weights and a slot swap.
+    Promote,
+    /// A v2 failing 30 % of requests, rolled back.
+    Rollback,
+    /// A/B testing: only `x-canary: insider` requests reach v2 during the run.
+    Ab,
+    /// Blue/green: iterations gated by an acceptance webhook, then a cutover.
+    Bluegreen,
+    /// Blue/green with traffic mirrored (shadowed) to v2 during the iterations.
+    Mirror,
+    /// Canary with session affinity: cookie-jar clients stay on their side.
+    Affinity,
+}
+
+impl Scenario {
+    /// The scenario's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Promote => "promote",
+            Scenario::Rollback => "rollback",
+            Scenario::Ab => "ab",
+            Scenario::Bluegreen => "bluegreen",
+            Scenario::Mirror => "mirror",
+            Scenario::Affinity => "affinity",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Scenario::Promote => "a healthy v2 goes to the idle slot and is promoted step by step (20%, 40%, 60%, swap)",
+            Scenario::Rollback => "v2 fails 30% of its requests: the checks fail and the engine rolls back",
+            Scenario::Ab => "A/B testing: requests with `x-canary: insider` go to v2 for 4 iterations, everyone else stays on v1",
+            Scenario::Bluegreen => "blue/green: 3 iterations gated by an acceptance webhook, then all traffic cuts over to v2",
+            Scenario::Mirror => "blue/green with mirroring: v2 gets shadow copies of the traffic for 3 iterations, then the cutover",
+            Scenario::Affinity => "canary with session affinity: each client stays on the side it first got (cookies)",
+        }
+    }
+
+    /// The phase the run must end in.
+    pub fn expected(self) -> Phase {
+        match self {
+            Scenario::Rollback => Phase::Failed,
+            _ => Phase::Succeeded,
+        }
+    }
+
+    /// The `analysis:` block (and canary fields) of the scenario; `hook` is the
+    /// acceptance-test receiver's base URL.
+    fn canary_yaml(self, hook: &str) -> String {
+        let metrics = |min_requests: u32| {
+            format!(
+                "      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 3s\n          minRequests: {min_requests}\n        - name: request-duration\n          thresholdRange: {{ max: 500 }}\n          interval: 3s\n          minRequests: {min_requests}\n"
+            )
+        };
+        let analysis = match self {
+            Scenario::Promote | Scenario::Rollback => {
+                "      stepWeight: 20\n      maxWeight: 60\n".to_string() + &metrics(10)
+            }
+            Scenario::Ab => "      iterations: 4\n      match:\n        - headers: { x-canary: { exact: insider } }\n"
+                .to_string() + &metrics(10),
+            Scenario::Bluegreen => format!(
+                "      iterations: 3\n      webhooks:\n        - name: acceptance-test\n          type: pre-rollout\n          url: {hook}/acceptance\n          timeout: 5s\n{}",
+                metrics(0)
+            ),
+            Scenario::Mirror => {
+                "      iterations: 3\n      mirror: true\n      mirrorWeight: 100\n".to_string()
+                    + &metrics(10)
+            }
+            Scenario::Affinity => "      stepWeight: 25\n      maxWeight: 50\n      sessionAffinity:\n        cookieName: weir-canary\n        primaryCookieName: weir-primary\n        maxAge: 600\n"
+                .to_string() + &metrics(10),
+        };
+        format!(
+            "canaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 1s\n      threshold: 2\n{analysis}"
+        )
+    }
+}
+
+/// The YAML of the demo's weir: two slots on `v1_addr`, the route and the canary.
+pub fn demo_config(scenario: Scenario, v1_addr: SocketAddr, hook: &str) -> String {
+    format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\nbackends:\n  app-blue:\n    endpoints: [\"{v1_addr}\"]\n    revisionPath: /version\n  app-green:\n    endpoints: [\"{v1_addr}\"]\n    revisionPath: /version\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n{}",
+        scenario.canary_yaml(hook)
+    )
+}
+
+// ------------------------------------------------------------------ fixtures
+
+/// A handler of [`HookServer`]: path and JSON payload in, status and body out.
+pub type HookHandler = Arc<
+    dyn Fn(String, serde_json::Value) -> Pin<Box<dyn Future<Output = (u16, String)> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// One call received by a [`HookServer`].
+#[derive(Clone, Debug)]
+pub struct HookCall {
+    /// Request path.
+    pub path: String,
+    /// The JSON payload (`null` if it was not JSON).
+    pub payload: serde_json::Value,
+}
+
+/// A tiny webhook receiver: records every call and answers with the status set for its
+/// path (200 by default), or with a custom handler.
+pub struct HookServer {
+    /// Bound address.
+    pub addr: SocketAddr,
+    calls: Arc<Mutex<Vec<HookCall>>>,
+    statuses: Arc<Mutex<HashMap<String, u16>>>,
+    stop: watch::Sender<bool>,
+}
+
+impl HookServer {
+    /// A recording receiver on 127.0.0.1 (port chosen by the OS).
+    pub async fn spawn() -> std::io::Result<HookServer> {
+        Self::spawn_inner(None).await
+    }
+
+    /// A receiver answering with `handler` (calls are still recorded).
+    pub async fn spawn_with(handler: HookHandler) -> std::io::Result<HookServer> {
+        Self::spawn_inner(Some(handler)).await
+    }
+
+    async fn spawn_inner(handler: Option<HookHandler>) -> std::io::Result<HookServer> {
+        let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let addr = listener.local_addr()?;
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let statuses: Arc<Mutex<HashMap<String, u16>>> = Arc::new(Mutex::new(HashMap::new()));
+        let (stop, mut stopped) = watch::channel(false);
+        let (c, s) = (calls.clone(), statuses.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    acc = listener.accept() => {
+                        let Ok((stream, _)) = acc else { continue };
+                        let (c, s, h) = (c.clone(), s.clone(), handler.clone());
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req: Request<Incoming>| {
+                                let (c, s, h) = (c.clone(), s.clone(), h.clone());
+                                async move {
+                                    let path = req.uri().path().to_string();
+                                    let body = Limited::new(req.into_body(), 1 << 20)
+                                        .collect()
+                                        .await
+                                        .map(|b| b.to_bytes())
+                                        .unwrap_or_default();
+                                    let payload = serde_json::from_slice(&body)
+                                        .unwrap_or(serde_json::Value::Null);
+                                    c.lock().unwrap_or_else(|p| p.into_inner()).push(HookCall {
+                                        path: path.clone(),
+                                        payload: payload.clone(),
+                                    });
+                                    let (status, text) = match &h {
+                                        Some(h) => h(path, payload).await,
+                                        None => {
+                                            let st = s
+                                                .lock()
+                                                .unwrap_or_else(|p| p.into_inner())
+                                                .get(&path)
+                                                .copied()
+                                                .unwrap_or(200);
+                                            (st, format!("status {st}"))
+                                        }
+                                    };
+                                    let mut r = Response::new(Full::new(Bytes::from(text)));
+                                    *r.status_mut() = http::StatusCode::from_u16(status)
+                                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                                    Ok::<_, Infallible>(r)
+                                }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                    _ = stopped.changed() => break,
+                }
+            }
+        });
+        Ok(HookServer {
+            addr,
+            calls,
+            statuses,
+            stop,
+        })
+    }
+
+    /// `http://<addr><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Answers `status` on `path` from now on.
+    pub fn set_status(&self, path: &str, status: u16) {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(path.to_string(), status);
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<HookCall> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Calls to `path` so far.
+    pub fn calls_to(&self, path: &str) -> Vec<HookCall> {
+        self.calls()
+            .into_iter()
+            .filter(|c| c.path == path)
+            .collect()
+    }
+}
+
+impl Drop for HookServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A browser's cookie store for one site: enough of RFC 6265 for the affinity cookies
+/// (`Max-Age` ≤ 0 deletes).
+#[derive(Clone, Debug, Default)]
+pub struct CookieJar {
+    /// Cookie name → value.
+    pub cookies: BTreeMap<String, String>,
+}
+
+impl CookieJar {
+    /// Takes the `Set-Cookie` headers of a response.
+    pub fn absorb(&mut self, headers: &http::HeaderMap) {
+        for v in headers.get_all(http::header::SET_COOKIE) {
+            let Ok(s) = v.to_str() else { continue };
+            let Ok(c) = cookie::Cookie::parse_encoded(s.to_string()) else {
+                continue;
+            };
+            let expired = s
+                .split(';')
+                .filter_map(|p| p.trim().strip_prefix("Max-Age="))
+                .any(|n| n.trim().parse::<i64>().is_ok_and(|n| n <= 0));
+            if expired {
+                self.cookies.remove(c.name());
+            } else {
+                self.cookies
+                    .insert(c.name().to_string(), c.value().to_string());
+            }
+        }
+    }
+
+    /// The `Cookie` header to send, if any.
+    pub fn header(&self) -> Option<String> {
+        if self.cookies.is_empty() {
+            return None;
+        }
+        Some(
+            self.cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+}
+
+// ------------------------------------------------------------------ the run
+
+type DemoClient = Client<HttpConnector, Full<Bytes>>;
+
+/// One GET through the proxy: status, version header, response headers.
+async fn get(
+    client: &DemoClient,
+    addr: SocketAddr,
+    headers: &[(&str, String)],
+) -> Option<(u16, Option<String>, http::HeaderMap)> {
+    let mut b = Request::get(format!("http://{addr}/"));
+    for (k, v) in headers {
+        b = b.header(*k, v.as_str());
+    }
+    let req = b.body(Full::new(Bytes::new())).ok()?;
+    let resp = tokio::time::timeout(Duration::from_secs(5), client.request(req))
+        .await
+        .ok()?
+        .ok()?;
+    let (parts, body) = resp.into_parts();
+    let _ = body.collect().await;
+    let version = parts
+        .headers
+        .get("x-weir-version")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    Some((parts.status.as_u16(), version, parts.headers))
+}
+
+/// What the clients saw, counted by the traffic workers.
+#[derive(Default)]
+struct Seen {
+    v1: AtomicU64,
+    v2: AtomicU64,
+    failed: AtomicU64,
+    /// Insider requests answered by v2 during the run (A/B).
+    insiders_on_v2: AtomicU64,
+    /// Promise broken: a plain client on v2 during an A/B run, a client on v2 before a
+    /// blue/green cutover, a cookie-jar client back from v2 to v1.
+    violations: AtomicU64,
+    /// First violation, for the report.
+    first_violation: Mutex<Option<String>>,
+}
+
+impl Seen {
+    fn violate(&self, what: String) {
+        if self.violations.fetch_add(1, Ordering::Relaxed) == 0 {
+            *self
+                .first_violation
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(what);
+        }
+    }
+}
+
+/// Where the run is, as the workers need it (set from the event stream, which is
+/// published before the route writes of the same step, so it is never late).
+#[derive(Default)]
+struct RunFlags {
+    /// Between `Started` and the end of the analysis (A/B: Promoting; affinity: the end
+    /// of the run).
+    analysing: AtomicBool,
+    /// Between `Started` and the first event with canary weight > 0 (blue/green).
+    before_cutover: AtomicBool,
+}
+
+fn apply_event_flags(scenario: Scenario, flags: &RunFlags, e: &RolloutEvent) {
+    if e.reason == "Started" {
+        flags.analysing.store(true, Ordering::SeqCst);
+        flags.before_cutover.store(true, Ordering::SeqCst);
+        return;
+    }
+    if e.canary_weight > 0 {
+        flags.before_cutover.store(false, Ordering::SeqCst);
+    }
+    let ends = match scenario {
+        Scenario::Ab => matches!(
+            e.phase,
+            Phase::Promoting | Phase::Finalising | Phase::Succeeded | Phase::Failed
+        ),
+        _ => matches!(e.phase, Phase::Succeeded | Phase::Failed),
+    };
+    if ends {
+        flags.analysing.store(false, Ordering::SeqCst);
+        flags.before_cutover.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Starts the traffic workers; they stop when `stop` turns true.
+fn spawn_traffic(
+    scenario: Scenario,
+    proxy: SocketAddr,
+    seen: Arc<Seen>,
+    flags: Arc<RunFlags>,
+    stop: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client: DemoClient = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(32)
+        .build_http();
+    const WORKERS: usize = 4;
+    const USERS_PER_WORKER: usize = 6;
+    (0..WORKERS)
+        .map(|w| {
+            let (client, seen, flags, stop) =
+                (client.clone(), seen.clone(), flags.clone(), stop.clone());
+            tokio::spawn(async move {
+                let insider = scenario == Scenario::Ab && w == 0;
+                let mut jars = vec![CookieJar::default(); USERS_PER_WORKER];
+                let mut last: Vec<Option<String>> = vec![None; USERS_PER_WORKER];
+                let mut n = 0usize;
+                while !*stop.borrow() {
+                    let user = n % USERS_PER_WORKER;
+                    n += 1;
+                    let mut headers = Vec::new();
+                    if insider {
+                        headers.push(("x-canary", "insider".to_string()));
+                    }
+                    if scenario == Scenario::Affinity {
+                        if let Some(c) = jars[user].header() {
+                            headers.push(("cookie", c));
+                        }
+                    }
+                    let analysing = flags.analysing.load(Ordering::SeqCst);
+                    let before_cutover = flags.before_cutover.load(Ordering::SeqCst);
+                    match get(&client, proxy, &headers).await {
+                        Some((status, version, h)) => {
+                            if status >= 500 {
+                                seen.failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let on_v2 = version.as_deref() == Some("v2");
+                            if on_v2 {
+                                seen.v2.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                seen.v1.fetch_add(1, Ordering::Relaxed);
+                            }
+                            match scenario {
+                                Scenario::Ab if analysing && flags.analysing.load(Ordering::SeqCst) => {
+                                    if insider && on_v2 {
+                                        seen.insiders_on_v2.fetch_add(1, Ordering::Relaxed);
+                                    } else if !insider && on_v2 {
+                                        seen.violate("a request without x-canary: insider reached v2 during the A/B run".into());
+                                    }
+                                }
+                                Scenario::Bluegreen | Scenario::Mirror
+                                    if before_cutover
+                                        && flags.before_cutover.load(Ordering::SeqCst)
+                                        && on_v2 =>
+                                {
+                                    seen.violate("a client reached v2 before the cutover".into());
+                                }
+                                Scenario::Affinity => {
+                                    jars[user].absorb(&h);
+                                    if analysing
+                                        && flags.analysing.load(Ordering::SeqCst)
+                                        && last[user].as_deref() == Some("v2")
+                                        && version.as_deref() == Some("v1")
+                                    {
+                                        seen.violate(format!(
+                                            "client {w}/{user} went back from v2 to v1 during the run"
+                                        ));
+                                    }
+                                    last[user] = if analysing { version } else { None };
+                                }
+                                _ => {}
+                            }
+                        }
+                        None => {
+                            seen.failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(15)).await;
+                }
+            })
+        })
+        .collect()
+}
+
+fn say(t0: Instant, line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "[{:>5.1}s] {line}", t0.elapsed().as_secs_f64());
+    let _ = out.flush();
+}
+
+/// Starts the app of the demo from its YAML.
+async fn start_app(yaml: &str) -> Result<RunningApp, String> {
+    let cfg = crate::config::parse_yaml(yaml, "demo.yaml", std::path::Path::new("."))
+        .map_err(|e| e.to_string())?;
+    crate::app::start(cfg).await
+}
+
+/// The acceptance test of the blue/green scenario: GET the idle slot's backend directly.
+fn acceptance_handler(v2: SocketAddr) -> HookHandler {
+    Arc::new(move |_path, _payload| {
+        Box::pin(async move {
+            let client = crate::rollout::http::HttpClient::new();
+            match client
+                .get(&format!("http://{v2}/version"), &[], Duration::from_secs(2))
+                .await
+            {
+                Ok(r) if r.status == 200 => (200, "acceptance tests passed".to_string()),
+                Ok(r) => (500, format!("acceptance tests failed: HTTP {}", r.status)),
+                Err(e) => (500, format!("acceptance tests failed: {e}")),
+            }
+        })
+    })
+}
+
+/// Runs one scenario, printing it live; `Ok(true)` when the outcome is the expected one.
+pub async fn run(scenario: Scenario) -> Result<bool, String> {
+    let t0 = Instant::now();
+    let v1 = echo("v1", 0.0).await?;
+    let v2 = echo(
+        "v2",
+        if scenario == Scenario::Rollback {
+            0.3
+        } else {
+            0.0
+        },
+    )
+    .await?;
+    let hooks = HookServer::spawn_with(acceptance_handler(v2.addr))
+        .await
+        .map_err(|e| format!("cannot start the webhook receiver: {e}"))?;
+    let app = start_app(&demo_config(scenario, v1.addr, &hooks.url(""))).await?;
+    let engine = app.engine.clone();
+    let proxy = app.proxy_addr();
+    println!(
+        "weir demo --scenario {}: {}",
+        scenario.name(),
+        scenario.describe()
+    );
+    println!(
+        "  v1 on {}, v2 on {}; proxy http://{proxy}; control API http://{}",
+        v1.addr, v2.addr, app.admin_addr
+    );
+    println!("  route app: primary app-blue (v1), idle slot app-green (v1); analysis every 1s");
+
+    let seen = Arc::new(Seen::default());
+    let flags = Arc::new(RunFlags::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut events = engine.subscribe();
+    // Events before the subscription (initialisation) are in the status ring.
+    let mut backlog: Vec<RolloutEvent> = engine.status("app").map(|s| s.events).unwrap_or_default();
+    let workers = spawn_traffic(scenario, proxy, seen.clone(), flags.clone(), stop_rx);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(55);
+    let mut deployed = false;
+    let mut mirror_copies_before_cutover = 0u64;
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.tick().await;
+    let mut last = (0u64, 0u64, 0u64);
+    let mut printed: Vec<(u64, String, String)> = Vec::new();
+    let outcome: Option<RolloutEvent> = loop {
+        let e = if let Some(e) = (!backlog.is_empty()).then(|| backlog.remove(0)) {
+            Some(e)
+        } else {
+            tokio::select! {
+                r = events.recv() => match r {
+                    Ok(e) => Some(e),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                    Err(_) => break None,
+                },
+                _ = ticker.tick() => {
+                    let now = (
+                        seen.v1.load(Ordering::Relaxed),
+                        seen.v2.load(Ordering::Relaxed),
+                        seen.failed.load(Ordering::Relaxed),
+                    );
+                    let (d1, d2, df) = (now.0 - last.0, now.1 - last.1, now.2 - last.2);
+                    last = now;
+                    let st = engine.status("app");
+                    let (phase, w) = st
+                        .as_ref()
+                        .map(|s| (s.phase.to_string(), s.canary_weight))
+                        .unwrap_or_default();
+                    let mut line = format!(
+                        "   traffic  {:>4} req/s   v1 {d1:>4}   v2 {d2:>4}   5xx {df:>3}   | {phase} canary {w}%",
+                        d1 + d2
+                    );
+                    if scenario == Scenario::Mirror {
+                        line.push_str(&format!(
+                            "   shadow copies to v2 so far: {}",
+                            shadow_copies(&app)
+                        ));
+                    }
+                    say(t0, &line);
+                    if tokio::time::Instant::now() > deadline {
+                        break None;
+                    }
+                    None
+                }
+            }
+        };
+        let Some(e) = e else { continue };
+        if printed.contains(&(e.time_ms, e.reason.clone(), e.message.clone())) {
+            continue;
+        }
+        printed.push((e.time_ms, e.reason.clone(), e.message.clone()));
+        apply_event_flags(scenario, &flags, &e);
+        let mut line = format!(
+            "{:<17} canary {:>3}%  {}: {}",
+            e.phase.to_string(),
+            e.canary_weight,
+            e.reason,
+            e.message
+        );
+        if !e.checks.is_empty() {
+            let checks: Vec<String> = e
+                .checks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c.name,
+                        c.value.map_or("-".to_string(), |v| format!("{v:.1}"))
+                    )
+                })
+                .collect();
+            line.push_str(&format!("  [{}]", checks.join(" ")));
+        }
+        say(t0, &line);
+        if scenario == Scenario::Mirror && e.canary_weight > 0 && mirror_copies_before_cutover == 0
+        {
+            mirror_copies_before_cutover = shadow_copies(&app);
+        }
+        if e.reason == "Initialized" && !deployed {
+            deployed = true;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            say(t0, "deploying v2 to the idle slot app-green (its endpoint list now points at the v2 backend)");
+            deploy(&app, v2.addr)?;
+        }
+        if deployed
+            && e.revision.as_deref() == Some("v2")
+            && matches!(e.phase, Phase::Succeeded | Phase::Failed)
+            && matches!(
+                e.reason.as_str(),
+                "Succeeded" | "RolledBack" | "PromotionFailed"
+            )
+        {
+            break Some(e);
+        }
+    };
+    let _ = stop_tx.send(true);
+    for w in workers {
+        let _ = w.await;
+    }
+    let result = verify(
+        scenario,
+        &app,
+        &seen,
+        outcome.as_ref(),
+        mirror_copies_before_cutover,
+    )
+    .await;
+    let ok = match &result {
+        Ok(msg) => {
+            println!("outcome: {msg}");
+            println!(
+                "demo {}: OK (expected {})",
+                scenario.name(),
+                scenario.expected()
+            );
+            true
+        }
+        Err(msg) => {
+            println!("outcome: {msg}");
+            println!(
+                "demo {}: UNEXPECTED OUTCOME (expected {})",
+                scenario.name(),
+                scenario.expected()
+            );
+            false
+        }
+    };
+    engine.shutdown().await;
+    app.shutdown().await;
+    drop(hooks);
+    Ok(ok)
+}
+
+/// Shadow copies the proxy sent to the canary slot (the mirror role's stats).
+fn shadow_copies(app: &RunningApp) -> u64 {
+    let now = app.shared.now_sec(Instant::now());
+    app.store.route_stats("app").map_or(0, |s| {
+        s.snapshot(crate::stats::Role::Mirror, now, s.capacity_secs() as u64)
+            .requests
+    })
+}
+
+async fn echo(version: &str, error_rate: f64) -> Result<EchoHandle, String> {
+    crate::echo::spawn(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        EchoOptions {
+            version: version.to_string(),
+            error_rate,
+            latency: Duration::from_millis(2),
+        },
+    )
+    .await
+    .map_err(|e| format!("cannot start the {version} backend: {e}"))
+}
+
+/// Points the idle slot at the v2 backend, as a deploy script would.
+fn deploy(app: &RunningApp, v2: SocketAddr) -> Result<(), String> {
+    let snap = app.store.load();
+    let mut raw = snap.spec.raw.clone();
+    if let Some(b) = raw.backends.get_mut("app-green") {
+        b.endpoints = vec![v2.to_string()];
+    }
+    app.store
+        .replace(raw, Some(snap.version), "demo")
+        .map(|_| ())
+        .map_err(|e| format!("deploy failed: {e:?}"))
+}
+
+/// Checks the outcome against the scenario's promises.
+async fn verify(
+    scenario: Scenario,
+    app: &RunningApp,
+    seen: &Seen,
+    outcome: Option<&RolloutEvent>,
+    mirror_copies: u64,
+) -> Result<String, String> {
+    let Some(end) = outcome else {
+        return Err("the run did not finish within the demo's time limit".to_string());
+    };
+    if end.phase != scenario.expected() {
+        return Err(format!("the run ended {} ({})", end.phase, end.message));
+    }
+    if seen.violations.load(Ordering::Relaxed) > 0 {
+        let first = seen
+            .first_violation
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        return Err(format!(
+            "{} requests broke the scenario's promise, first: {first}",
+            seen.violations.load(Ordering::Relaxed)
+        ));
+    }
+    let client: DemoClient = Client::builder(TokioExecutor::new()).build_http();
+    let want = if scenario == Scenario::Rollback {
+        "v1"
+    } else {
+        "v2"
+    };
+    let mut got = BTreeMap::<String, u32>::new();
+    for _ in 0..20 {
+        if let Some((_, v, _)) = get(&client, app.proxy_addr(), &[]).await {
+            *got.entry(v.unwrap_or_else(|| "?".into())).or_default() += 1;
+        }
+    }
+    if got.get(want).copied().unwrap_or(0) != 20 {
+        return Err(format!(
+            "after the run clients got {got:?}, expected only {want}"
+        ));
+    }
+    let snap = app.store.load();
+    let route = snap.spec.raw.routes.iter().find(|r| r.name == "app");
+    let primary = route.map(|r| r.primary.clone()).unwrap_or_default();
+    let extra = match scenario {
+        Scenario::Ab => {
+            let n = seen.insiders_on_v2.load(Ordering::Relaxed);
+            if n == 0 {
+                return Err("no insider request reached v2 during the A/B run".into());
+            }
+            format!("; {n} insider requests reached v2 during the run, no other request did")
+        }
+        Scenario::Mirror => {
+            if mirror_copies == 0 {
+                return Err("v2 received no shadow copies before the cutover".into());
+            }
+            format!("; v2 answered {mirror_copies} shadow copies while clients were on v1")
+        }
+        Scenario::Bluegreen => "; no client reached v2 before the cutover".to_string(),
+        Scenario::Affinity => "; no cookie-jar client ever went back from v2 to v1".to_string(),
+        _ => String::new(),
+    };
+    Ok(match scenario {
+        Scenario::Rollback => format!(
+            "Failed as expected, rolled back: all traffic on the primary {primary} (v1){extra}"
+        ),
+        _ => format!(
+            "Succeeded: v2 is the primary ({primary}) and serves every client; the old primary is the idle slot{extra}"
+        ),
+    })
+}
+
+/// Entry point of `weir demo`: exit 0 only for the expected outcome.
+pub fn main(scenario: Scenario) -> std::process::ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(scenario)) {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("demo: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Prometheus metrics of one weir, rendered at `GET /metrics` on the admin
+//! listener (text exposition format).
+//!
+//! Every app owns its own [`Metrics`] (a `metrics-exporter-prometheus`
+//! recorder that is never installed globally), so several apps in one
+//! process (tests, the demo) never mix their numbers. The request path never
+//! looks a label set up: the table store hands every route a
+//! [`RouteMetrics`] whose handles were registered when the route appeared,
+//! and the per-status-code counters are cached in a small fixed array the
+//! first time a code is seen.
+//!
+//! Series (all documented in `docs/api.md`):
+//! - `weir_requests_total{route,role,code}`: requests finished, by status.
+//! - `weir_request_duration_seconds{route,role}`: histogram of the time to
+//!   the response head (same measure as the stats window).
+//! - `weir_upstream_errors_total{route,role,kind}`: proxy-made failures,
+//!   `kind` = `no_endpoint` (503), `timeout` (504), `upstream` (502).
+//! - `weir_upstream_connect_errors_total{route,role}`: the part of
+//!   `upstream` errors where no connection could be made.
+//! - `weir_table_version`: version of the running routing table.
+//! - `weir_mirror_requests_total{route}`, `weir_mirror_dropped_total{route,reason}`,
+//!   `weir_mirror_in_flight{route}`: shadow traffic (from [`MirrorCounters`]).
+//! - `weir_backend_endpoints{backend}`, `weir_upstream_in_flight{backend}`:
+//!   endpoints in rotation and requests in flight per backend.
+//!
+//! The last three groups are read from the live state when `/metrics` is
+//! scraped, so they cost the request path nothing.
+//!
+//! [`MirrorCounters`]: crate::mirror::MirrorCounters
+
+use crate::control::store::TableStore;
+use crate::proxy::errors::ProxyError;
+use crate::stats::Role;
+use metrics::{Counter, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the `weir_request_duration_seconds` buckets.
+pub const DURATION_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Name of the request counter.
+pub const REQUESTS_TOTAL: &str = "weir_requests_total";
+/// Name of the latency histogram.
+pub const REQUEST_DURATION: &str = "weir_request_duration_seconds";
+/// Name of the proxy-made failure counter.
+pub const UPSTREAM_ERRORS: &str = "weir_upstream_errors_total";
+/// Name of the connect failure counter.
+pub const UPSTREAM_CONNECT_ERRORS: &str = "weir_upstream_connect_errors_total";
+/// Name of the table version gauge.
+pub const TABLE_VERSION: &str = "weir_table_version";
+/// Name of the mirror copies counter.
+pub const MIRROR_REQUESTS: &str = "weir_mirror_requests_total";
+/// Name of the mirror drop counter.
+pub const MIRROR_DROPPED: &str = "weir_mirror_dropped_total";
+/// Name of the mirror in-flight gauge.
+pub const MIRROR_IN_FLIGHT: &str = "weir_mirror_in_flight";
+/// Name of the endpoints-in-rotation gauge.
+pub const BACKEND_ENDPOINTS: &str = "weir_backend_endpoints";
+/// Name of the upstream in-flight gauge.
+pub const UPSTREAM_IN_FLIGHT: &str = "weir_upstream_in_flight";
+
+/// The `kind` label values of [`UPSTREAM_ERRORS`], in the order of the
+/// pre-registered handles.
+const ERROR_KINDS: [&str; 3] = ["no_endpoint", "timeout", "upstream"];
+
+/// Distinct status codes cached per route and role; codes beyond that (a
+/// backend answering dozens of different codes) are still counted, with a
+/// registry lookup each.
+const CODE_SLOTS: usize = 16;
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The metrics registry of one app.
+pub struct Metrics {
+    /// The recorder handles are registered on (shared with every
+    /// [`RouteMetrics`] so that status-code counters can be added lazily).
+    recorder: Arc<PrometheusRecorder>,
+    /// Renders the text format.
+    handle: PrometheusHandle,
+    /// Route name → handles; kept across table swaps so a route keeps its
+    /// handles (the registry would hand out the same counters anyway).
+    routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// A fresh, empty registry (not installed as the global recorder).
+    pub fn new() -> Arc<Self> {
+        let builder = PrometheusBuilder::new();
+        // The bucket list is a non-empty constant, so this cannot fail; fall
+        // back to summaries rather than panic if the crate ever disagrees.
+        let builder = match builder.set_buckets(&DURATION_BUCKETS) {
+            Ok(b) => b,
+            Err(_) => PrometheusBuilder::new(),
+        };
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        let describe = |name: &'static str, unit: Option<Unit>, help: &'static str| {
+            recorder.describe_counter(KeyName::from_const_str(name), unit, help.into());
+        };
+        describe(
+            REQUESTS_TOTAL,
+            None,
+            "Requests finished, by route, role (primary|canary|mirror) and status code.",
+        );
+        recorder.describe_histogram(
+            KeyName::from_const_str(REQUEST_DURATION),
+            Some(Unit::Seconds),
+            "Time from request start to the response head, by route and role.".into(),
+        );
+        describe(
+            UPSTREAM_ERRORS,
+            None,
+            "Responses made by the proxy because the upstream failed: no_endpoint (503), timeout (504), upstream (502).",
+        );
+        describe(
+            UPSTREAM_CONNECT_ERRORS,
+            None,
+            "Upstream failures where no connection could be made (a subset of kind=upstream).",
+        );
+        recorder.describe_gauge(
+            KeyName::from_const_str(TABLE_VERSION),
+            None,
+            "Version of the running routing table (the ETag of GET /api/v1/table).".into(),
+        );
+        describe(MIRROR_REQUESTS, None, "Shadow copies sent to the canary.");
+        describe(
+            MIRROR_DROPPED,
+            None,
+            "Shadow copies not sent: busy (maxInFlight reached), too_large (body over maxBodyBytes), incomplete (client body failed).",
+        );
+        recorder.describe_gauge(
+            KeyName::from_const_str(MIRROR_IN_FLIGHT),
+            None,
+            "Shadow copies in flight.".into(),
+        );
+        recorder.describe_gauge(
+            KeyName::from_const_str(BACKEND_ENDPOINTS),
+            None,
+            "Endpoints in a backend's rotation.".into(),
+        );
+        recorder.describe_gauge(
+            KeyName::from_const_str(UPSTREAM_IN_FLIGHT),
+            None,
+            "Requests in flight to a backend's endpoints.".into(),
+        );
+        Arc::new(Metrics {
+            recorder: Arc::new(recorder),
+            handle,
+            routes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The handles of route `name`, registered on first use.
+    pub fn route(&self, name: &str) -> Arc<RouteMetrics> {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        routes
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::new(RouteMetrics::new(self.recorder.clone(), name)))
+            .clone()
+    }
+
+    /// Reads the scrape-time series from `store` and renders everything in
+    /// the Prometheus text format.
+    pub fn render(&self, store: &TableStore) -> String {
+        let snap = store.load();
+        let rec = &*self.recorder;
+        rec.register_gauge(&Key::from_static_name(TABLE_VERSION), &METADATA)
+            .set(snap.version as f64);
+        for (route, rt) in snap.spec.routing.routes.iter().zip(&snap.routes) {
+            let m = &rt.mirror;
+            let name = route.name.clone();
+            let counter = |metric: &'static str, extra: Option<(&'static str, &'static str)>| {
+                let mut labels = vec![Label::new("route", name.clone())];
+                if let Some((k, v)) = extra {
+                    labels.push(Label::new(k, v));
+                }
+                rec.register_counter(&Key::from_parts(metric, labels), &METADATA)
+            };
+            counter(MIRROR_REQUESTS, None).absolute(m.sent.load(Ordering::Relaxed));
+            counter(MIRROR_DROPPED, Some(("reason", "busy")))
+                .absolute(m.dropped_busy.load(Ordering::Relaxed));
+            counter(MIRROR_DROPPED, Some(("reason", "too_large")))
+                .absolute(m.dropped_too_large.load(Ordering::Relaxed));
+            counter(MIRROR_DROPPED, Some(("reason", "incomplete")))
+                .absolute(m.dropped_incomplete.load(Ordering::Relaxed));
+            rec.register_gauge(
+                &Key::from_parts(MIRROR_IN_FLIGHT, vec![Label::new("route", name.clone())]),
+                &METADATA,
+            )
+            .set(m.in_flight.load(Ordering::Relaxed) as f64);
+        }
+        for name in snap.spec.backends.keys() {
+            let Some(b) = store.backend(name) else {
+                continue;
+            };
+            let rotation = b.rotation.load();
+            let in_flight: usize = rotation
+                .iter()
+                .map(|e| e.in_flight.load(Ordering::Relaxed))
+                .sum();
+            let labels = || vec![Label::new("backend", name.clone())];
+            rec.register_gauge(&Key::from_parts(BACKEND_ENDPOINTS, labels()), &METADATA)
+                .set(rotation.len() as f64);
+            rec.register_gauge(&Key::from_parts(UPSTREAM_IN_FLIGHT, labels()), &METADATA)
+                .set(in_flight as f64);
+        }
+        self.handle.render()
+    }
+
+    /// Moves recorded histogram samples into their buckets. Rendering does
+    /// this too; the app also calls it every few seconds so an unscraped
+    /// weir does not accumulate samples.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+}
+
+/// One status code's counter, claimed by the first request with that code.
+struct CodeSlot {
+    /// The status code, 0 while free.
+    code: AtomicU16,
+    /// Registered once the slot is claimed.
+    counter: OnceLock<Counter>,
+}
+
+/// The handles of one route and role.
+struct RoleMetrics {
+    /// Latency histogram (seconds).
+    duration: Histogram,
+    /// `weir_upstream_errors_total` per kind, in [`ERROR_KINDS`] order.
+    errors: [Counter; 3],
+    /// `weir_upstream_connect_errors_total`.
+    connect_errors: Counter,
+    /// `weir_requests_total` per status code, filled lazily.
+    codes: [CodeSlot; CODE_SLOTS],
+}
+
+/// Pre-registered metric handles of one route, one set per role. Lives in
+/// the route's [`RouteRuntime`](crate::control::store::RouteRuntime).
+pub struct RouteMetrics {
+    /// For registering status-code counters lazily.
+    recorder: Arc<PrometheusRecorder>,
+    /// The `route` label value.
+    route: String,
+    /// Indexed like [`Role::ALL`].
+    roles: [RoleMetrics; 3],
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMetrics")
+            .field("route", &self.route)
+            .finish_non_exhaustive()
+    }
+}
+
+fn role_index(role: Role) -> usize {
+    match role {
+        Role::Primary => 0,
+        Role::Canary => 1,
+        Role::Mirror => 2,
+    }
+}
+
+impl RouteMetrics {
+    fn new(recorder: Arc<PrometheusRecorder>, route: &str) -> Self {
+        let roles = Role::ALL.map(|role| {
+            let labels = |extra: Option<(&'static str, &'static str)>| {
+                let mut l = vec![
+                    Label::new("route", route.to_string()),
+                    Label::new("role", role.as_str()),
+                ];
+                if let Some((k, v)) = extra {
+                    l.push(Label::new(k, v));
+                }
+                l
+            };
+            RoleMetrics {
+                duration: recorder.register_histogram(
+                    &Key::from_parts(REQUEST_DURATION, labels(None)),
+                    &METADATA,
+                ),
+                errors: ERROR_KINDS.map(|kind| {
+                    recorder.register_counter(
+                        &Key::from_parts(UPSTREAM_ERRORS, labels(Some(("kind", kind)))),
+                        &METADATA,
+                    )
+                }),
+                connect_errors: recorder.register_counter(
+                    &Key::from_parts(UPSTREAM_CONNECT_ERRORS, labels(None)),
+                    &METADATA,
+                ),
+                codes: std::array::from_fn(|_| CodeSlot {
+                    code: AtomicU16::new(0),
+                    counter: OnceLock::new(),
+                }),
+            }
+        });
+        RouteMetrics {
+            recorder,
+            route: route.to_string(),
+            roles,
+        }
+    }
+
+    fn register_code(&self, role: Role, code: u16) -> Counter {
+        let key = Key::from_parts(
+            REQUESTS_TOTAL,
+            vec![
+                Label::new("route", self.route.clone()),
+                Label::new("role", role.as_str()),
+                Label::new("code", code.to_string()),
+            ],
+        );
+        self.recorder.register_counter(&key, &METADATA)
+    }
+
+    /// Counts one request with `status` in `weir_requests_total` (a cached
+    /// handle after the first request with that code).
+    fn count_code(&self, role: Role, status: u16) {
+        let slots = &self.roles[role_index(role)].codes;
+        let start = usize::from(status) % CODE_SLOTS;
+        for i in 0..CODE_SLOTS {
+            let slot = &slots[(start + i) % CODE_SLOTS];
+            let mut code = slot.code.load(Ordering::Acquire);
+            if code == 0 {
+                code =
+                    match slot
+                        .code
+                        .compare_exchange(0, status, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(_) => status,
+                        Err(other) => other,
+                    };
+            }
+            if code == status {
+                slot.counter
+                    .get_or_init(|| self.register_code(role, status))
+                    .increment(1);
+                return;
+            }
+        }
+        // Every slot holds another code: count without the cache.
+        self.register_code(role, status).increment(1);
+    }
+
+    /// Records a finished request (called next to the stats window's record).
+    #[inline]
+    pub fn record(&self, role: Role, status: u16, latency: Duration) {
+        self.count_code(role, status);
+        self.roles[role_index(role)]
+            .duration
+            .record(latency.as_secs_f64());
+    }
+
+    /// Records a response the proxy made because the upstream failed: the
+    /// request itself (status and latency) and the failure kind.
+    pub fn record_proxy_error(&self, role: Role, err: ProxyError, latency: Duration) {
+        self.record(role, err.status().as_u16(), latency);
+        let kind = match err {
+            ProxyError::NoEndpoint => Some(0),
+            ProxyError::Timeout => Some(1),
+            ProxyError::Upstream => Some(2),
+            _ => None,
+        };
+        if let Some(k) = kind {
+            self.roles[role_index(role)].errors[k].increment(1);
+        }
+    }
+
+    /// Counts an upstream connect failure (also counted as kind `upstream`).
+    pub fn record_connect_error(&self, role: Role) {
+        self.roles[role_index(role)].connect_errors.increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_render_with_labels() {
+        let m = Metrics::new();
+        let r = m.route("app");
+        r.record(Role::Primary, 200, Duration::from_millis(3));
+        r.record(Role::Primary, 200, Duration::from_millis(4));
+        r.record(Role::Canary, 503, Duration::from_millis(1));
+        r.record_proxy_error(Role::Canary, ProxyError::Timeout, Duration::from_secs(1));
+        let text = m.handle.render();
+        assert!(
+            text.contains(r#"weir_requests_total{route="app",role="primary",code="200"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"weir_requests_total{route="app",role="canary",code="504"} 1"#));
+        assert!(text
+            .contains(r#"weir_upstream_errors_total{route="app",role="canary",kind="timeout"} 1"#));
+        assert!(text.contains(
+            r#"weir_request_duration_seconds_bucket{route="app",role="primary",le="0.005"} 2"#
+        ));
+        // The same name gives the same handles.
+        assert!(Arc::ptr_eq(&r, &m.route("app")));
+    }
+
+    #[test]
+    fn more_codes_than_slots_are_all_counted() {
+        let m = Metrics::new();
+        let r = m.route("many");
+        for code in 200..240u16 {
+            r.record(Role::Primary, code, Duration::ZERO);
+            r.record(Role::Primary, code, Duration::ZERO);
+        }
+        let text = m.handle.render();
+        for code in 200..240u16 {
+            let line =
+                format!(r#"weir_requests_total{{route="many",role="primary",code="{code}"}} 2"#);
+            assert!(text.contains(&line), "missing {line}");
+        }
+    }
+
+    #[test]
+    fn two_registries_are_independent() {
+        let a = Metrics::new();
+        let b = Metrics::new();
+        a.route("x").record(Role::Primary, 200, Duration::ZERO);
+        assert!(a.handle.render().contains("weir_requests_total"));
+        assert!(!b.handle.render().contains(r#"route="x""#));
+    }
+}

@@ -1,0 +1,292 @@
+//! The pooled upstream clients, one per way of talking to a backend.
+//!
+//! hyper-util's legacy `Client` pools connections per scheme + authority and
+//! speaks one configuration, so weir keeps one client per (protocol, TLS
+//! setting): clear-text HTTP/1.1, clear-text HTTP/2 (h2c prior knowledge,
+//! `http2_only`), and for TLS backends one client per distinct
+//! `{caFile, serverName}` × protocol, built on first use and kept. The
+//! connector does TCP (TCP_NODELAY, connect timeout, keepalive) and then
+//! TLS when the backend asks for it; with `protocol: auto` over TLS, ALPN
+//! picks HTTP/2 or HTTP/1.1 per connection.
+
+use super::body::{BoxError, ProxyBody};
+use crate::config::{ProxySettings, UpstreamProtocol, UpstreamTls};
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::{Client, ResponseFuture};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::RwLock;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+/// One pooled hyper client.
+pub type HttpClient = Client<Connector, ProxyBody>;
+
+/// Every upstream client of the proxy.
+pub struct UpstreamClients {
+    /// Settings the lazily built TLS clients use.
+    settings: ProxySettings,
+    /// Clear-text HTTP/1.1 (`protocol: http1` and `auto`).
+    plain_http1: HttpClient,
+    /// Clear-text HTTP/2 with prior knowledge (`protocol: http2`).
+    plain_http2: HttpClient,
+    /// TLS clients by setting and protocol, built on first use.
+    tls: RwLock<HashMap<(UpstreamTls, UpstreamProtocol), HttpClient>>,
+}
+
+impl std::fmt::Debug for UpstreamClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClients").finish_non_exhaustive()
+    }
+}
+
+impl UpstreamClients {
+    /// The clear-text clients; TLS ones come on demand.
+    pub fn new(settings: &ProxySettings) -> Self {
+        UpstreamClients {
+            settings: settings.clone(),
+            plain_http1: build(
+                settings,
+                Connector::plain(settings),
+                UpstreamProtocol::Http1,
+            ),
+            plain_http2: build(
+                settings,
+                Connector::plain(settings),
+                UpstreamProtocol::Http2,
+            ),
+            tls: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Sends over the clear-text HTTP/1.1 pool (the mirror uses it).
+    pub fn request(&self, req: http::Request<ProxyBody>) -> ResponseFuture {
+        self.plain_http1.request(req)
+    }
+
+    /// The client for a backend's protocol and TLS setting. Fails only when
+    /// a TLS client must be built and its CA file cannot be read any more
+    /// (it was checked when the config was validated).
+    /// Clear-text clients are lent (the hot path clones nothing).
+    pub fn client_for(
+        &self,
+        protocol: UpstreamProtocol,
+        tls: Option<&UpstreamTls>,
+    ) -> Result<Cow<'_, HttpClient>, String> {
+        let Some(tls) = tls else {
+            return Ok(Cow::Borrowed(match protocol {
+                UpstreamProtocol::Http2 => &self.plain_http2,
+                UpstreamProtocol::Http1 | UpstreamProtocol::Auto => &self.plain_http1,
+            }));
+        };
+        let key = (tls.clone(), protocol);
+        if let Some(c) = self.tls.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(Cow::Owned(c.clone()));
+        }
+        let connector = Connector::tls(&self.settings, tls, protocol)?;
+        let client = build(&self.settings, connector, protocol);
+        let mut map = self.tls.write().unwrap_or_else(|p| p.into_inner());
+        Ok(Cow::Owned(map.entry(key).or_insert(client).clone()))
+    }
+}
+
+fn build(settings: &ProxySettings, connector: Connector, protocol: UpstreamProtocol) -> HttpClient {
+    let mut b = Client::builder(TokioExecutor::new());
+    b.pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .pool_idle_timeout(settings.upstream_idle_timeout)
+        .pool_max_idle_per_host(settings.upstream_max_idle_per_host);
+    if protocol == UpstreamProtocol::Http2 {
+        b.http2_only(true);
+    }
+    b.build(connector)
+}
+
+/// TCP, then TLS when configured.
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    tls: Option<TlsSetup>,
+}
+
+#[derive(Clone)]
+struct TlsSetup {
+    connector: tokio_rustls::TlsConnector,
+    /// Fixed SNI name, else the endpoint's host.
+    server_name: Option<ServerName<'static>>,
+    /// Bound on the handshake (the connect timeout).
+    timeout: Duration,
+}
+
+impl Connector {
+    fn tcp(settings: &ProxySettings) -> HttpConnector {
+        let mut c = HttpConnector::new();
+        c.set_nodelay(true);
+        c.set_connect_timeout(Some(settings.connect_timeout));
+        c.set_keepalive(Some(Duration::from_secs(60)));
+        // `https://` URIs reach this connector too; TLS is done below.
+        c.enforce_http(false);
+        c
+    }
+
+    fn plain(settings: &ProxySettings) -> Self {
+        Connector {
+            http: Self::tcp(settings),
+            tls: None,
+        }
+    }
+
+    fn tls(
+        settings: &ProxySettings,
+        tls: &UpstreamTls,
+        protocol: UpstreamProtocol,
+    ) -> Result<Self, String> {
+        let cfg = super::tls::client_config(tls, protocol)?;
+        let server_name = match &tls.server_name {
+            Some(n) => Some(
+                ServerName::try_from(n.clone())
+                    .map_err(|_| format!("invalid TLS server name {n:?}"))?,
+            ),
+            None => None,
+        };
+        Ok(Connector {
+            http: Self::tcp(settings),
+            tls: Some(TlsSetup {
+                connector: tokio_rustls::TlsConnector::from(cfg),
+                server_name,
+                timeout: settings.connect_timeout,
+            }),
+        })
+    }
+}
+
+impl Service<http::Uri> for Connector {
+    type Response = TokioIo<UpstreamStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let name = match &tls {
+                Some(TlsSetup {
+                    server_name: Some(n),
+                    ..
+                }) => Some(n.clone()),
+                Some(_) => {
+                    let host = dst.host().unwrap_or_default();
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    Some(
+                        ServerName::try_from(host.to_string())
+                            .map_err(|_| format!("{host:?} cannot be a TLS server name"))?,
+                    )
+                }
+                None => None,
+            };
+            let tcp = http.call(dst).await?.into_inner();
+            let (Some(tls), Some(name)) = (tls, name) else {
+                return Ok(TokioIo::new(UpstreamStream::Plain(tcp)));
+            };
+            let stream = tokio::time::timeout(tls.timeout, tls.connector.connect(name, tcp))
+                .await
+                .map_err(|_| "TLS handshake with the upstream timed out")??;
+            Ok(TokioIo::new(UpstreamStream::Tls(Box::new(stream))))
+        })
+    }
+}
+
+/// A connection to an endpoint, clear or TLS.
+pub enum UpstreamStream {
+    /// Clear text.
+    Plain(TcpStream),
+    /// TLS (boxed: the session state is large).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Connection for UpstreamStream {
+    fn connected(&self) -> Connected {
+        match self {
+            UpstreamStream::Plain(s) => s.connected(),
+            UpstreamStream::Tls(s) => {
+                let (tcp, session) = s.get_ref();
+                let c = tcp.connected();
+                if session.alpn_protocol() == Some(b"h2") {
+                    c.negotiated_h2()
+                } else {
+                    c
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for UpstreamStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpstreamStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamStream::Plain(s) => s.is_write_vectored(),
+            UpstreamStream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpstreamStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

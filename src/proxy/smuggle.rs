@@ -1,0 +1,525 @@
+//! Request-smuggling guard for HTTP/1 connections.
+//!
+//! hyper already answers 400 and closes the connection for a
+//! `Transfer-Encoding` whose last coding is not `chunked` and for differing
+//! duplicate `Content-Length` values. A request with *both*
+//! `Content-Length` and `Transfer-Encoding` it accepts as RFC 9112 §6.3
+//! allows (chunked wins, the connection closes afterwards) and it drops the
+//! `Content-Length` before the proxy sees the request, so the proxy cannot
+//! tell from the request alone. weir rejects such requests (400,
+//! `Connection: close`, nothing forwarded), as Envoy does by default.
+//!
+//! [`Sniffed`] wraps the client connection and follows the HTTP/1 framing
+//! of the bytes hyper reads (request heads with `httparse`, the same parser
+//! hyper uses; fixed-length and chunked bodies), and marks the index of the
+//! first head carrying both headers. The service numbers the requests of
+//! the connection in the same order ([`ConnGuard::next_request`]) and
+//! refuses the marked one. Anything the tracker does not understand turns
+//! it off for the rest of the connection: hyper stays the authority on
+//! framing and rejects such input itself; a request it does accept after
+//! that is still forwarded with consistent (chunked) framing and the
+//! connection closed after it. HTTP/2 connections are not tracked.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Per-connection facts shared by the byte tracker and the service.
+#[derive(Debug)]
+pub struct ConnGuard {
+    /// Requests the service has started on this connection.
+    requests: AtomicU64,
+    /// Index of the first request head with both Content-Length and
+    /// Transfer-Encoding; `u64::MAX` = none.
+    bad_head: AtomicU64,
+}
+
+impl Default for ConnGuard {
+    fn default() -> Self {
+        ConnGuard {
+            requests: AtomicU64::new(0),
+            bad_head: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl ConnGuard {
+    /// Numbers the next request (0-based), in the order hyper hands them over.
+    pub fn next_request(&self) -> u64 {
+        self.requests.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Requests started so far (used to drop connections that never send one).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Whether request `index` had both Content-Length and Transfer-Encoding.
+    pub fn is_smuggling(&self, index: u64) -> bool {
+        self.bad_head.load(Ordering::Relaxed) == index
+    }
+
+    fn mark(&self, index: u64) {
+        let _ =
+            self.bad_head
+                .compare_exchange(u64::MAX, index, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// Where the tracker is in the byte stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Collecting a request head.
+    Head,
+    /// Skipping a fixed-length body.
+    Fixed(u64),
+    /// Reading a chunk-size line: value so far and hex digits read.
+    ChunkSize { size: u64, digits: u8 },
+    /// After the size digits: extensions up to the end of the line.
+    ChunkSizeRest { size: u64 },
+    /// Skipping chunk data.
+    ChunkData(u64),
+    /// The CRLF after chunk data.
+    ChunkDataEnd,
+    /// Trailer lines after the last chunk; `len` = bytes on the current line.
+    Trailers { len: usize },
+    /// Not tracking any more.
+    Off,
+}
+
+/// HTTP/1 request framing follower (pure: bytes in, marks out).
+#[derive(Debug)]
+pub struct Tracker {
+    phase: Phase,
+    /// The current, incomplete head.
+    head: Vec<u8>,
+    /// Where to resume looking for the end of the head.
+    scan_from: usize,
+    /// Heads completed so far.
+    heads: u64,
+    /// Heads bigger than this are left to hyper (431).
+    max_head: usize,
+    /// Header slots for the parser; more headers are left to hyper (431).
+    max_headers: usize,
+    /// First head index with both framing headers.
+    bad: Option<u64>,
+}
+
+impl Tracker {
+    /// A tracker for a new connection.
+    pub fn new(max_head: usize, max_headers: usize) -> Self {
+        Tracker {
+            phase: Phase::Head,
+            head: Vec::new(),
+            scan_from: 0,
+            heads: 0,
+            max_head,
+            max_headers,
+            bad: None,
+        }
+    }
+
+    /// A tracker that never looks (HTTP/2 connections).
+    pub fn off() -> Self {
+        let mut t = Tracker::new(0, 0);
+        t.phase = Phase::Off;
+        t
+    }
+
+    /// The first head (0-based) that had both Content-Length and
+    /// Transfer-Encoding.
+    pub fn bad_head(&self) -> Option<u64> {
+        self.bad
+    }
+
+    /// Whether the tracker still follows the stream.
+    pub fn is_on(&self) -> bool {
+        self.phase != Phase::Off
+    }
+
+    /// Feeds bytes read from the client, in order.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            match self.phase {
+                Phase::Off => return,
+                Phase::Head => {
+                    self.head.extend_from_slice(data);
+                    data = &[];
+                    let rest = self.try_head();
+                    if let Some(rest) = rest {
+                        // Bytes after the head belong to the body or the next
+                        // request: process them in the new phase.
+                        let rest = rest.to_vec();
+                        self.head.clear();
+                        self.scan_from = 0;
+                        self.feed(&rest);
+                        return;
+                    }
+                }
+                Phase::Fixed(n) => {
+                    let take = (data.len() as u64).min(n);
+                    data = &data[take as usize..];
+                    self.phase = if n == take {
+                        Phase::Head
+                    } else {
+                        Phase::Fixed(n - take)
+                    };
+                }
+                Phase::ChunkSize { size, digits } => {
+                    let b = data[0];
+                    data = &data[1..];
+                    match (b as char).to_digit(16) {
+                        Some(d) if digits < 15 => {
+                            self.phase = Phase::ChunkSize {
+                                size: size * 16 + d as u64,
+                                digits: digits + 1,
+                            }
+                        }
+                        Some(_) => self.phase = Phase::Off,
+                        None if digits == 0 => self.phase = Phase::Off,
+                        None if b == b'\n' => self.end_size_line(size),
+                        None => self.phase = Phase::ChunkSizeRest { size },
+                    }
+                }
+                Phase::ChunkSizeRest { size } => match data.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        data = &data[i + 1..];
+                        self.end_size_line(size);
+                    }
+                    None => data = &[],
+                },
+                Phase::ChunkData(n) => {
+                    let take = (data.len() as u64).min(n);
+                    data = &data[take as usize..];
+                    self.phase = if n == take {
+                        Phase::ChunkDataEnd
+                    } else {
+                        Phase::ChunkData(n - take)
+                    };
+                }
+                Phase::ChunkDataEnd => match data.iter().position(|&b| b == b'\n') {
+                    Some(i) => {
+                        data = &data[i + 1..];
+                        self.phase = Phase::ChunkSize { size: 0, digits: 0 };
+                    }
+                    None => data = &[],
+                },
+                Phase::Trailers { len } => {
+                    let b = data[0];
+                    data = &data[1..];
+                    self.phase = match b {
+                        b'\n' if len == 0 => Phase::Head,
+                        b'\n' => Phase::Trailers { len: 0 },
+                        b'\r' => Phase::Trailers { len },
+                        _ => Phase::Trailers { len: len + 1 },
+                    };
+                }
+            }
+        }
+    }
+
+    fn end_size_line(&mut self, size: u64) {
+        self.phase = if size == 0 {
+            Phase::Trailers { len: 0 }
+        } else {
+            Phase::ChunkData(size)
+        };
+    }
+
+    /// Parses the head once its end is in the buffer; returns the bytes
+    /// after it when complete.
+    fn try_head(&mut self) -> Option<&[u8]> {
+        loop {
+            let from = self.scan_from.saturating_sub(2);
+            let window = &self.head[from..];
+            let end = window
+                .windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|i| from + i + 2)
+                .into_iter()
+                .chain(
+                    window
+                        .windows(3)
+                        .position(|w| w == b"\n\r\n")
+                        .map(|i| from + i + 3),
+                )
+                .min();
+            let Some(end) = end else {
+                self.scan_from = self.head.len();
+                if self.head.len() > self.max_head {
+                    self.phase = Phase::Off;
+                }
+                return None;
+            };
+            match self.analyze() {
+                HeadResult::Partial => {
+                    // An empty line before the request line: look further.
+                    self.scan_from = end;
+                    if end >= self.head.len() {
+                        return None;
+                    }
+                }
+                HeadResult::Done(len, next) => {
+                    self.heads += 1;
+                    self.phase = next;
+                    return Some(&self.head[len..]);
+                }
+                HeadResult::Bad(len, index_marked) => {
+                    let index = self.heads;
+                    self.heads += 1;
+                    if index_marked && self.bad.is_none() {
+                        self.bad = Some(index);
+                    }
+                    // hyper closes the connection after this request.
+                    self.phase = Phase::Off;
+                    return Some(&self.head[len..]);
+                }
+                HeadResult::GiveUp => {
+                    self.phase = Phase::Off;
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn analyze(&self) -> HeadResult {
+        let mut stack = [httparse::EMPTY_HEADER; 100];
+        let mut heap;
+        let slots: &mut [httparse::Header<'_>] = if self.max_headers <= stack.len() {
+            &mut stack[..self.max_headers.max(1)]
+        } else {
+            heap = vec![httparse::EMPTY_HEADER; self.max_headers];
+            &mut heap[..]
+        };
+        let mut req = httparse::Request::new(slots);
+        let len = match req.parse(&self.head) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return HeadResult::Partial,
+            Err(_) => return HeadResult::GiveUp,
+        };
+        if len > self.max_head {
+            return HeadResult::GiveUp;
+        }
+        let http11 = req.version == Some(1);
+        let mut cl: Option<u64> = None;
+        let mut has_cl = false;
+        let mut te_last: Option<&[u8]> = None;
+        for h in req.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                has_cl = true;
+                match digits(h.value) {
+                    Some(v) if cl.is_none_or(|c| c == v) => cl = Some(v),
+                    // Differing or invalid: hyper answers 400 and closes.
+                    _ => return HeadResult::Bad(len, false),
+                }
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                te_last = Some(h.value);
+            }
+        }
+        if let Some(te) = te_last {
+            if has_cl {
+                return HeadResult::Bad(len, true);
+            }
+            if !http11 || !last_coding_is_chunked(te) {
+                return HeadResult::Bad(len, false);
+            }
+            return HeadResult::Done(len, Phase::ChunkSize { size: 0, digits: 0 });
+        }
+        match cl {
+            Some(n) if n > 0 => HeadResult::Done(len, Phase::Fixed(n)),
+            _ => HeadResult::Done(len, Phase::Head),
+        }
+    }
+}
+
+enum HeadResult {
+    /// The head is not complete yet.
+    Partial,
+    /// A good head of `len` bytes; the body follows in this phase.
+    Done(usize, Phase),
+    /// A head hyper will refuse or close after; `true` = both framing headers.
+    Bad(usize, bool),
+    /// Not HTTP/1 as the tracker understands it.
+    GiveUp,
+}
+
+fn digits(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 {
+        return None;
+    }
+    v.iter().try_fold(0u64, |acc, &b| {
+        b.is_ascii_digit().then(|| acc * 10 + u64::from(b - b'0'))
+    })
+}
+
+fn last_coding_is_chunked(v: &[u8]) -> bool {
+    let last = v.rsplit(|&b| b == b',').next().unwrap_or(v);
+    last.trim_ascii().eq_ignore_ascii_case(b"chunked")
+}
+
+/// A client connection whose reads go through a [`Tracker`].
+pub struct Sniffed<IO> {
+    io: IO,
+    tracker: Tracker,
+    guard: Arc<ConnGuard>,
+}
+
+impl<IO> Sniffed<IO> {
+    /// Wraps `io`; marks go to `guard`.
+    pub fn new(io: IO, tracker: Tracker, guard: Arc<ConnGuard>) -> Self {
+        Sniffed { io, tracker, guard }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Sniffed<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = r {
+            if this.tracker.is_on() {
+                this.tracker.feed(&buf.filled()[before..]);
+                if let Some(i) = this.tracker.bad_head() {
+                    this.guard.mark(i);
+                }
+            }
+        }
+        r
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Sniffed<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` in pieces of every size from 1 to 7 bytes and checks
+    /// the result does not depend on how the bytes were split.
+    fn run(input: &[u8]) -> (Option<u64>, u64, bool) {
+        let mut results = Vec::new();
+        for step in [usize::MAX, 1, 2, 3, 5, 7] {
+            let mut t = Tracker::new(60 * 1024, 100);
+            for piece in input.chunks(step.min(input.len().max(1))) {
+                t.feed(piece);
+            }
+            results.push((t.bad_head(), t.heads, t.is_on()));
+        }
+        for r in &results[1..] {
+            assert_eq!(*r, results[0], "split-dependent result");
+        }
+        results[0]
+    }
+
+    #[test]
+    fn keep_alive_sequences_are_followed_through_bodies() {
+        let input = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n\
+POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello\
+POST /y HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n0\r\nX-T: 1\r\n\r\n\
+GET /z HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(run(input), (None, 4, true));
+    }
+
+    #[test]
+    fn a_body_that_looks_like_a_request_is_not_a_head() {
+        let inner = b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let mut input = format!(
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+            inner.len()
+        )
+        .into_bytes();
+        input.extend_from_slice(inner);
+        input.extend_from_slice(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(run(&input), (None, 2, true));
+    }
+
+    #[test]
+    fn both_framing_headers_mark_that_head_in_either_order() {
+        for head in [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n",
+        ] {
+            let input = format!(
+                "GET / HTTP/1.1\r\nHost: a\r\n\r\n{head}0\r\n\r\nGET /smuggled HTTP/1.1\r\n\r\n"
+            );
+            let (bad, heads, on) = run(input.as_bytes());
+            assert_eq!(bad, Some(1), "{head}");
+            assert_eq!(heads, 2);
+            assert!(!on);
+        }
+    }
+
+    #[test]
+    fn what_hyper_refuses_is_not_marked_but_stops_tracking() {
+        for input in [
+            &b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"[..],
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, x\r\n\r\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        ] {
+            let (bad, _, on) = run(input);
+            assert_eq!(bad, None);
+            assert!(!on);
+        }
+    }
+
+    #[test]
+    fn leading_empty_lines_and_bare_lf_are_accepted_like_hyper() {
+        let input = b"\r\nGET / HTTP/1.1\nHost: a\n\nGET /b HTTP/1.1\r\n\r\n";
+        assert_eq!(run(input), (None, 2, true));
+    }
+
+    #[test]
+    fn an_oversized_head_is_left_to_hyper() {
+        let mut t = Tracker::new(64, 100);
+        t.feed(b"GET / HTTP/1.1\r\nX-Long: ");
+        t.feed(&[b'a'; 100]);
+        assert!(!t.is_on());
+    }
+
+    #[test]
+    fn guard_marks_only_the_first_bad_head() {
+        let g = ConnGuard::default();
+        assert_eq!(g.next_request(), 0);
+        g.mark(1);
+        g.mark(3);
+        assert!(!g.is_smuggling(0));
+        assert!(g.is_smuggling(1));
+        assert!(!g.is_smuggling(3));
+        assert_eq!(g.requests(), 1);
+    }
+}

@@ -1,0 +1,183 @@
+//! The canary endpoints of the control API (DESIGN §8), plugged into the admin router
+//! (`control::api::routes`) as [`ROUTES`]; the [`Engine`] is found in
+//! [`ApiState::ext`] (put there by `app.rs`).
+//!
+//! - `GET /api/v1/canaries`: every canary's status, without its events.
+//! - `GET /api/v1/canaries/{name}`: phase, weights, iteration, failed checks, the last
+//!   check values and the recent events.
+//! - `POST /api/v1/canaries/{name}/start` with `{"revision": "v2"}`, and
+//!   `POST .../promote|abort|pause|resume` (no body, or `{}`): an operator's command,
+//!   applied before the answer (it interrupts a tick in progress). 200 with
+//!   `{accepted, message, status}`; 409 when the command does not apply in the current
+//!   phase (nothing changed; e.g. promote with no run in progress).
+
+use std::sync::Arc;
+
+use http::{Method, StatusCode};
+use serde::Deserialize;
+
+use super::driver::{CanaryStatus, Engine, EngineError};
+use super::machine::ManualCommand;
+use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+
+/// Longest revision label accepted by `start`.
+pub const MAX_REVISION_LEN: usize = 128;
+
+/// The canary routes of the admin API.
+pub static ROUTES: &[RouteDef] = &[
+    RouteDef {
+        method: Method::GET,
+        path: "/api/v1/canaries",
+        auth: true,
+        handler: |s, _| Box::pin(async move { list(&s) }),
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/api/v1/canaries/{name}",
+        auth: true,
+        handler: |s, r| Box::pin(async move { get(&s, &r) }),
+    },
+    RouteDef {
+        method: Method::POST,
+        path: "/api/v1/canaries/{name}/start",
+        auth: true,
+        handler: |s, r| Box::pin(async move { command(&s, &r, "start").await }),
+    },
+    RouteDef {
+        method: Method::POST,
+        path: "/api/v1/canaries/{name}/promote",
+        auth: true,
+        handler: |s, r| Box::pin(async move { command(&s, &r, "promote").await }),
+    },
+    RouteDef {
+        method: Method::POST,
+        path: "/api/v1/canaries/{name}/abort",
+        auth: true,
+        handler: |s, r| Box::pin(async move { command(&s, &r, "abort").await }),
+    },
+    RouteDef {
+        method: Method::POST,
+        path: "/api/v1/canaries/{name}/pause",
+        auth: true,
+        handler: |s, r| Box::pin(async move { command(&s, &r, "pause").await }),
+    },
+    RouteDef {
+        method: Method::POST,
+        path: "/api/v1/canaries/{name}/resume",
+        auth: true,
+        handler: |s, r| Box::pin(async move { command(&s, &r, "resume").await }),
+    },
+];
+
+fn engine(s: &ApiState) -> Result<Arc<Engine>, ApiError> {
+    s.ext.get::<Arc<Engine>>().cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            None,
+            "the rollout engine is not running",
+        )
+    })
+}
+
+fn list(s: &ApiState) -> Result<ApiResponse, ApiError> {
+    let e = engine(s)?;
+    let canaries: Vec<CanaryStatus> = e
+        .statuses()
+        .into_iter()
+        .map(|mut st| {
+            st.events.clear();
+            st
+        })
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &serde_json::json!({ "canaries": canaries }),
+    ))
+}
+
+fn get(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
+    let name = r.param("name");
+    let st = engine(s)?
+        .status(name)
+        .ok_or_else(|| ApiError::not_found("canary", name))?;
+    Ok(json_response(StatusCode::OK, &st))
+}
+
+/// Body of `start`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    /// Revision label of the run (what a webhook promotion waits for on the primary).
+    revision: String,
+}
+
+/// Body of the other commands: nothing, or an empty object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyBody {}
+
+fn parse_command(r: &ApiRequest, what: &str) -> Result<ManualCommand, ApiError> {
+    match what {
+        "start" => {
+            if r.body.is_empty() {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "schema",
+                    Some("revision"),
+                    "start needs a body {\"revision\": \"...\"}",
+                ));
+            }
+            let b: StartBody = r.json()?;
+            let rev = b.revision.trim();
+            if rev.is_empty() || rev.len() > MAX_REVISION_LEN || rev.chars().any(|c| c.is_control())
+            {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid",
+                    Some("revision"),
+                    format!("a revision label of 1 to {MAX_REVISION_LEN} printable characters"),
+                ));
+            }
+            Ok(ManualCommand::Start {
+                revision: rev.to_string(),
+            })
+        }
+        other => {
+            if !r.body.is_empty() {
+                let _: EmptyBody = r.json()?;
+            }
+            Ok(match other {
+                "promote" => ManualCommand::Promote,
+                "abort" => ManualCommand::Abort,
+                "pause" => ManualCommand::Pause,
+                _ => ManualCommand::Resume,
+            })
+        }
+    }
+}
+
+async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse, ApiError> {
+    let name = r.param("name").to_string();
+    let e = engine(s)?;
+    if e.status(&name).is_none() {
+        return Err(ApiError::not_found("canary", &name));
+    }
+    let cmd = parse_command(r, what)?;
+    tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, "canary command");
+    match e.command(&name, cmd).await {
+        Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &out)),
+        Ok(out) => {
+            let mut err = ApiError::new(StatusCode::CONFLICT, "conflict", None, out.message);
+            err.field = None;
+            Err(err)
+        }
+        Err(EngineError::NotFound(n)) => Err(ApiError::not_found("canary", &n)),
+        Err(EngineError::Stopped) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            None,
+            "the rollout engine is stopping",
+        )),
+    }
+}

@@ -1,0 +1,468 @@
+//! The canary commands of `weir ctl`: list and show canaries, send an operator's
+//! command, and follow a rollout live.
+//!
+//! `canaries` and the commands read and write `/api/v1/canaries...`; `watch` prints the
+//! canaries' current state, then one line per rollout event as the control API streams
+//! them (`GET /api/v1/events`, `event: rollout`), until the stream ends, `--count`
+//! events were printed, or Ctrl-C. With `--json` every line is the API's JSON.
+
+use std::io::Write;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION};
+use http::{Method, Request};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+use super::http::HttpClient;
+use crate::ctl::{render_table, CtlError};
+
+/// One canary command of `weir ctl`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CanaryCommand {
+    /// Every canary (one line each), or one canary with its recent events.
+    Show {
+        /// Only this canary, in detail.
+        name: Option<String>,
+    },
+    /// Start a run of `revision`.
+    Start {
+        /// Canary name.
+        name: String,
+        /// Revision label of the run.
+        revision: String,
+    },
+    /// Skip the remaining analysis and promote.
+    Promote {
+        /// Canary name.
+        name: String,
+    },
+    /// Roll the run back.
+    Abort {
+        /// Canary name.
+        name: String,
+    },
+    /// Freeze the canary.
+    Pause {
+        /// Canary name.
+        name: String,
+    },
+    /// Continue after a pause.
+    Resume {
+        /// Canary name.
+        name: String,
+    },
+    /// Follow the rollout live.
+    Watch {
+        /// Only this canary's events.
+        name: Option<String>,
+        /// Stop after this many events.
+        count: Option<u64>,
+    },
+}
+
+/// How `weir ctl` reaches the API.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Base URL, e.g. `http://127.0.0.1:9901`.
+    pub api: String,
+    /// Bearer token.
+    pub token: Option<String>,
+    /// Print JSON.
+    pub json: bool,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn headers(t: &Target) -> Vec<(&'static str, String)> {
+    t.token
+        .as_ref()
+        .map(|tok| vec![("authorization", format!("Bearer {tok}"))])
+        .unwrap_or_default()
+}
+
+async fn call(
+    t: &Target,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, CtlError> {
+    let base = t.api.trim_end_matches('/');
+    let url = format!("{base}{path}");
+    let h = headers(t);
+    let r = HttpClient::new()
+        .send(
+            method,
+            &url,
+            &h,
+            body.map(|b| b.to_string().into_bytes()),
+            TIMEOUT,
+        )
+        .await
+        .map_err(|e| CtlError::Transport(format!("cannot reach the weir API at {base}: {e}")))?;
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    if (200..300).contains(&r.status) {
+        return Ok(v);
+    }
+    Err(CtlError::Api {
+        status: r.status,
+        reason: v
+            .get("reason")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| r.snippet(300)),
+        field: v.get("field").and_then(Value::as_str).map(str::to_string),
+    })
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("-")
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// The table of `weir ctl canaries`.
+pub fn canaries_table(list: &Value) -> String {
+    let rows: Vec<Vec<String>> = list
+        .get("canaries")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|c| {
+                    let iterations = if n(c, "iterationsTotal") > 0 {
+                        format!("{}/{}", n(c, "iterations"), n(c, "iterationsTotal"))
+                    } else {
+                        "-".to_string()
+                    };
+                    vec![
+                        s(c, "name").to_string(),
+                        s(c, "route").to_string(),
+                        format!(
+                            "{}{}",
+                            s(c, "phase"),
+                            if c["paused"] == true { " (paused)" } else { "" }
+                        ),
+                        format!("{}%", n(c, "canaryWeight")),
+                        iterations,
+                        format!("{}/{}", n(c, "failedChecks"), n(c, "threshold")),
+                        s(c, "revision").to_string(),
+                        s(c, "primaryBackend").to_string(),
+                        s(c, "canaryBackend").to_string(),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    render_table(
+        &[
+            "CANARY",
+            "ROUTE",
+            "PHASE",
+            "WEIGHT",
+            "ITER",
+            "FAILED",
+            "REVISION",
+            "PRIMARY",
+            "CANARY-SLOT",
+        ],
+        &rows,
+    )
+}
+
+/// One event as a line: time, canary, phase, weights, failed checks, message, checks.
+pub fn event_line(e: &Value) -> String {
+    let secs = n(e, "timeMs") / 1000;
+    let clock = format!(
+        "{:02}:{:02}:{:02}",
+        (secs / 3600) % 24,
+        (secs / 60) % 60,
+        secs % 60
+    );
+    let mut line = format!(
+        "{clock} {} {:<16} canary {:>3}% primary {:>3}%  failed {}  {}{}: {}",
+        s(e, "canary"),
+        s(e, "phase"),
+        n(e, "canaryWeight"),
+        n(e, "primaryWeight"),
+        n(e, "failedChecks"),
+        if e["warning"] == true { "WARNING " } else { "" },
+        s(e, "reason"),
+        s(e, "message")
+    );
+    if let Some(checks) = e.get("checks").and_then(Value::as_array) {
+        let parts: Vec<String> = checks
+            .iter()
+            .map(|c| {
+                let v = c
+                    .get("value")
+                    .and_then(Value::as_f64)
+                    .map_or("-".to_string(), |v| format!("{v:.2}"));
+                format!(
+                    "{}={v}{}",
+                    s(c, "name"),
+                    if c["passed"] == true { "" } else { " FAILED" }
+                )
+            })
+            .collect();
+        if !parts.is_empty() {
+            line.push_str(&format!("  [{}]", parts.join(", ")));
+        }
+    }
+    line
+}
+
+/// The detail view of `weir ctl canaries NAME`.
+pub fn canary_detail(c: &Value) -> String {
+    let mut out = canaries_table(&serde_json::json!({ "canaries": [c] }));
+    out.push_str(&format!(
+        "strategy {}, promotion {}, data planes {}\n",
+        s(c, "strategy"),
+        s(c, "promotion"),
+        c.get("dataPlanes")
+            .and_then(Value::as_array)
+            .map(|a| a
+                .iter()
+                .map(|x| x.as_str().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default()
+    ));
+    if let Some(e) = c.get("dataPlaneError").and_then(Value::as_str) {
+        out.push_str(&format!("data plane problem: {e}\n"));
+    }
+    if let Some(m) = c
+        .get("lastChecks")
+        .and_then(|l| l.get("metrics"))
+        .and_then(Value::as_array)
+    {
+        for m in m {
+            out.push_str(&format!(
+                "check {}: {} ({}) {}\n",
+                s(m, "name"),
+                m.get("value")
+                    .and_then(Value::as_f64)
+                    .map_or("-".to_string(), |v| format!("{v:.2}")),
+                s(m, "reason"),
+                if m["passed"] == true { "ok" } else { "FAILED" }
+            ));
+        }
+    }
+    out.push_str("events:\n");
+    for e in c
+        .get("events")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str("  ");
+        out.push_str(&event_line(e));
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs one canary command, writing to `out`.
+pub async fn run(
+    t: &Target,
+    cmd: &CanaryCommand,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CtlError> {
+    let path = |name: &str| format!("/api/v1/canaries/{}", super::dataplane::encode(name));
+    let (name, verb, body) = match cmd {
+        CanaryCommand::Show { name: None } => {
+            let v = call(t, Method::GET, "/api/v1/canaries", None).await?;
+            if t.json {
+                writeln!(out, "{v:#}")?;
+            } else {
+                write!(out, "{}", canaries_table(&v))?;
+            }
+            return Ok(());
+        }
+        CanaryCommand::Show { name: Some(name) } => {
+            let v = call(t, Method::GET, &path(name), None).await?;
+            if t.json {
+                writeln!(out, "{v:#}")?;
+            } else {
+                write!(out, "{}", canary_detail(&v))?;
+            }
+            return Ok(());
+        }
+        CanaryCommand::Watch { name, count } => {
+            return watch(t, name.as_deref(), *count, out).await;
+        }
+        CanaryCommand::Start { name, revision } => (
+            name,
+            "start",
+            Some(serde_json::json!({ "revision": revision })),
+        ),
+        CanaryCommand::Promote { name } => (name, "promote", None),
+        CanaryCommand::Abort { name } => (name, "abort", None),
+        CanaryCommand::Pause { name } => (name, "pause", None),
+        CanaryCommand::Resume { name } => (name, "resume", None),
+    };
+    let v = call(t, Method::POST, &format!("{}/{verb}", path(name)), body).await?;
+    if t.json {
+        writeln!(out, "{v:#}")?;
+    } else {
+        let st = &v["status"];
+        writeln!(
+            out,
+            "{name}: {verb} done: {} at canary weight {}% — {}",
+            s(st, "phase"),
+            n(st, "canaryWeight"),
+            s(&v, "message")
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints the canaries, then every rollout event as it happens.
+async fn watch(
+    t: &Target,
+    only: Option<&str>,
+    count: Option<u64>,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CtlError> {
+    let base = t.api.trim_end_matches('/').to_string();
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    let client: Client<HttpConnector, Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(connector);
+    let mut b = Request::builder()
+        .method(Method::GET)
+        .uri(format!("{base}/api/v1/events"))
+        .header(ACCEPT, "text/event-stream");
+    if let Some(tok) = &t.token {
+        b = b.header(AUTHORIZATION, format!("Bearer {tok}"));
+    }
+    let req = b
+        .body(Empty::new())
+        .map_err(|e| CtlError::Usage(format!("bad request: {e}")))?;
+    // Subscribe first, then print the current state: nothing falls in between.
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| CtlError::Transport(format!("cannot reach the weir API at {base}: {e}")))?;
+    if !resp.status().is_success() {
+        return Err(CtlError::Api {
+            status: resp.status().as_u16(),
+            reason: "the event stream was refused".into(),
+            field: None,
+        });
+    }
+    let mut list = call(t, Method::GET, "/api/v1/canaries", None).await?;
+    if let (Some(o), Some(a)) = (only, list.get_mut("canaries").and_then(Value::as_array_mut)) {
+        a.retain(|c| s(c, "name") == o);
+        if a.is_empty() {
+            return Err(CtlError::Api {
+                status: 404,
+                reason: format!("no canary named {o:?}"),
+                field: Some("name".into()),
+            });
+        }
+    }
+    if t.json {
+        writeln!(out, "{list}")?;
+    } else {
+        write!(out, "{}", canaries_table(&list))?;
+    }
+    out.flush()?;
+    let mut body = resp.into_body();
+    let mut buf = String::new();
+    let mut printed = 0u64;
+    loop {
+        if count.is_some_and(|c| printed >= c) {
+            return Ok(());
+        }
+        let frame = tokio::select! {
+            f = body.frame() => f,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let Some(frame) = frame else { return Ok(()) };
+        let frame = frame.map_err(|e| CtlError::Transport(format!("event stream: {e}")))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        buf.push_str(&String::from_utf8_lossy(data));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (kind, data) = parse_sse(&block);
+            if kind.as_deref() != Some("rollout") {
+                continue;
+            }
+            let Ok(e) = serde_json::from_str::<Value>(&data) else {
+                continue;
+            };
+            if only.is_some_and(|o| s(&e, "canary") != o) {
+                continue;
+            }
+            if t.json {
+                writeln!(out, "{e}")?;
+            } else {
+                writeln!(out, "{}", event_line(&e))?;
+            }
+            out.flush()?;
+            printed += 1;
+            if count.is_some_and(|c| printed >= c) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The `event:` and joined `data:` fields of one SSE block.
+pub fn parse_sse(block: &str) -> (Option<String>, String) {
+    let mut kind = None;
+    let mut data = Vec::new();
+    for line in block.lines() {
+        if let Some(k) = line.strip_prefix("event:") {
+            kind = Some(k.trim().to_string());
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push(d.strip_prefix(' ').unwrap_or(d).to_string());
+        }
+    }
+    (kind, data.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_and_lines_show_the_numbers() {
+        let c = serde_json::json!({
+            "name": "app", "route": "app", "phase": "Progressing", "paused": false,
+            "canaryWeight": 40, "iterations": 0, "iterationsTotal": 0, "failedChecks": 1,
+            "threshold": 5, "revision": "v2", "primaryBackend": "app-blue",
+            "canaryBackend": "app-green", "strategy": "canary", "promotion": "swap",
+            "dataPlanes": ["in-process"],
+            "lastChecks": {"metrics": [{"name": "request-success-rate", "value": 99.5, "passed": true, "reason": "120 canary requests"}]},
+            "events": [{"canary": "app", "timeMs": 3_723_000u64, "phase": "Progressing", "reason": "Advanced",
+                        "warning": false, "message": "Advance v2", "canaryWeight": 40, "primaryWeight": 60,
+                        "failedChecks": 1, "checks": [{"name": "request-success-rate", "value": 99.5, "passed": true}]}]
+        });
+        let table = canaries_table(&serde_json::json!({ "canaries": [c.clone()] }));
+        assert!(table.starts_with("CANARY"), "{table}");
+        for want in ["Progressing", "40%", "1/5", "v2", "app-blue", "app-green"] {
+            assert!(table.contains(want), "{want} missing:\n{table}");
+        }
+        let detail = canary_detail(&c);
+        assert!(detail.contains("01:02:03 app Progressing"), "{detail}");
+        assert!(detail.contains("[request-success-rate=99.50]"), "{detail}");
+        assert!(
+            detail.contains("check request-success-rate: 99.50"),
+            "{detail}"
+        );
+        let (kind, data) = parse_sse("id: 3\nevent: rollout\ndata: {\"a\":1}\n\n");
+        assert_eq!(
+            (kind.as_deref(), data.as_str()),
+            (Some("rollout"), "{\"a\":1}")
+        );
+    }
+}

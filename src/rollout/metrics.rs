@@ -1,0 +1,378 @@
+//! Metric checks: the built-ins from the proxies' own stats, custom ones from Prometheus.
+//!
+//! - `request-success-rate`: percent of non-5xx answers of the canary role over the
+//!   metric's interval, summed over the fleet. While the run mirrors traffic (blue/green
+//!   with mirroring, or the first mirrored tick of a canary run) the canary gets no user
+//!   traffic, so the shadow copies (the `mirror` role) are judged instead.
+//! - `request-duration`: the P99 latency in milliseconds of the same role and window
+//!   (percentile of the summed histograms, never an average of percentiles).
+//! - Both need at least `minRequests` (default 10) requests in the window: fewer is a
+//!   failed check with the reason "not enough traffic". `minRequests: 0` lets an empty
+//!   window pass, for strategies where the proxy routes no user traffic to the canary
+//!   (blue/green without mirroring), which must then be tested by webhooks.
+//! - Custom: `query` is sent to `prometheusUrl` + `/api/v1/query` with the template
+//!   variables `{{ name }}` (canary), `{{ namespace }}` (`default`), `{{ route }}` and
+//!   `{{ target }}` (the route) and `{{ interval }}` (the metric's interval as a PromQL
+//!   duration) replaced. The first sample of the result is the value; an empty result,
+//!   NaN or an error is a failed check.
+//!
+//! The window of the stats is the metric's interval rounded up to whole seconds; the
+//! current second counts, partly elapsed. Use intervals of a few seconds at least.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::convert::{CanaryDef, MetricKind, MetricSource, NAMESPACE};
+use super::dataplane::{encode, Fleet, RoleStats};
+use super::http::HttpClient;
+use super::machine::{CanaryState, MetricResult};
+use super::spec::MetricSpec;
+use crate::stats::Role;
+
+/// Timeout of one Prometheus query.
+pub const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which role the built-ins judge in this state.
+pub fn judged_role(state: &CanaryState) -> Role {
+    if state.mirror {
+        Role::Mirror
+    } else {
+        Role::Canary
+    }
+}
+
+/// The stats window of a metric, in whole seconds (at least 1).
+pub fn window_secs(metric: &MetricSpec) -> u64 {
+    metric.interval_ms.div_ceil(1000).max(1)
+}
+
+/// A PromQL duration for `ms` (`90s`, `2m`, `500ms`).
+pub fn promql_duration(ms: u64) -> String {
+    if ms.is_multiple_of(60_000) && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) && ms > 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}ms", ms.max(1))
+    }
+}
+
+/// Replaces `{{ var }}` (any spacing) by its value; unknown variables are left as written
+/// so that the query error names them.
+pub fn render_query(query: &str, vars: &BTreeMap<&str, String>) -> String {
+    let mut out = String::with_capacity(query.len());
+    let mut rest = query;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find("}}") {
+            Some(end) => {
+                let key = after[..end].trim();
+                match vars.get(key) {
+                    Some(v) => out.push_str(v),
+                    None => out.push_str(&rest[start..start + 2 + end + 2]),
+                }
+                rest = &after[end + 2..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The template variables of one metric.
+pub fn query_vars(def: &CanaryDef, metric: &MetricSpec) -> BTreeMap<&'static str, String> {
+    BTreeMap::from([
+        ("name", def.spec.name.clone()),
+        ("namespace", NAMESPACE.to_string()),
+        ("route", def.route.clone()),
+        ("target", def.route.clone()),
+        ("interval", promql_duration(metric.interval_ms)),
+    ])
+}
+
+/// Reads the first sample of a Prometheus `/api/v1/query` answer.
+pub fn parse_prometheus(body: &[u8]) -> Result<f64, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| format!("not a Prometheus answer: {e}"))?;
+    if v["status"] != "success" {
+        let err = v["error"].as_str().unwrap_or("unknown error");
+        return Err(format!("query failed: {err}"));
+    }
+    let data = &v["data"];
+    let sample = match data["resultType"].as_str() {
+        Some("vector") => data["result"]
+            .as_array()
+            .and_then(|r| r.first())
+            .map(|s| &s["value"]),
+        Some("scalar") => Some(&data["result"]),
+        Some(other) => return Err(format!("unsupported result type {other}")),
+        None => None,
+    };
+    let Some(sample) = sample else {
+        return Err("no values found (empty result)".to_string());
+    };
+    let raw = sample
+        .get(1)
+        .and_then(|x| x.as_str())
+        .ok_or_else(|| "malformed sample".to_string())?;
+    let value: f64 = raw
+        .parse()
+        .map_err(|_| format!("sample {raw:?} is not a number"))?;
+    if value.is_nan() {
+        return Err("the query returned NaN".to_string());
+    }
+    Ok(value)
+}
+
+/// Judges a built-in metric on summed stats (pure).
+pub fn builtin_result(
+    metric: &MetricSpec,
+    source: &MetricSource,
+    stats: &RoleStats,
+    role: Role,
+) -> MetricResult {
+    let snap = stats.role(role);
+    let summary = snap.summary();
+    if summary.requests < source.min_requests {
+        return MetricResult {
+            name: metric.name.clone(),
+            value: None,
+            passed: false,
+            reason: format!(
+                "not enough traffic: {} {} requests in {}s, minRequests {}",
+                summary.requests, role, snap.window_secs, source.min_requests
+            ),
+        };
+    }
+    let value = match source.kind {
+        MetricKind::Duration => summary.p99_ms,
+        _ => summary.success_rate,
+    };
+    if value.is_none() {
+        // minRequests 0 and no request: the user allowed an empty window.
+        return MetricResult {
+            name: metric.name.clone(),
+            value: None,
+            passed: true,
+            reason: format!(
+                "no {role} requests in {}s (minRequests 0)",
+                snap.window_secs
+            ),
+        };
+    }
+    let verdict = metric.evaluate(value);
+    MetricResult {
+        name: metric.name.clone(),
+        value,
+        passed: verdict.is_ok(),
+        reason: match verdict {
+            Ok(()) => format!("{} {role} requests", summary.requests),
+            Err(e) => e,
+        },
+    }
+}
+
+/// Runs a Prometheus query and judges its value.
+pub async fn prometheus_result(
+    client: &HttpClient,
+    def: &CanaryDef,
+    metric: &MetricSpec,
+    url: &str,
+    query: &str,
+) -> MetricResult {
+    let rendered = render_query(query, &query_vars(def, metric));
+    let full = format!("{url}/api/v1/query?query={}", encode(&rendered));
+    let value = match client.get(&full, &[], PROMETHEUS_TIMEOUT).await {
+        Ok(r) if (200..300).contains(&r.status) || r.status == 400 || r.status == 422 => {
+            parse_prometheus(&r.body)
+        }
+        Ok(r) => Err(format!(
+            "Prometheus answered HTTP {}: {}",
+            r.status,
+            r.snippet(200)
+        )),
+        Err(e) => Err(format!("Prometheus unreachable: {e}")),
+    };
+    match value {
+        Ok(v) => {
+            let verdict = metric.evaluate(Some(v));
+            MetricResult {
+                name: metric.name.clone(),
+                value: Some(v),
+                passed: verdict.is_ok(),
+                reason: verdict.err().unwrap_or_else(|| "query ok".to_string()),
+            }
+        }
+        Err(reason) => MetricResult {
+            name: metric.name.clone(),
+            value: None,
+            passed: false,
+            reason,
+        },
+    }
+}
+
+/// Measures every metric of the canary (stats read once per distinct window).
+pub async fn measure(
+    client: &HttpClient,
+    def: &CanaryDef,
+    fleet: &Fleet,
+    state: &CanaryState,
+) -> Vec<MetricResult> {
+    let role = judged_role(state);
+    let mut cache: BTreeMap<u64, Result<RoleStats, String>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (metric, source) in def.spec.analysis.metrics.iter().zip(&def.metrics) {
+        let result = match &source.kind {
+            MetricKind::Prometheus { url, query } => {
+                prometheus_result(client, def, metric, url, query).await
+            }
+            MetricKind::SuccessRate | MetricKind::Duration => {
+                let w = window_secs(metric);
+                if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(w) {
+                    slot.insert(fleet.stats(&def.route, w).await.map_err(|e| e.to_string()));
+                }
+                match cache.get(&w) {
+                    Some(Ok(stats)) => builtin_result(metric, source, stats, role),
+                    Some(Err(e)) => MetricResult {
+                        name: metric.name.clone(),
+                        value: None,
+                        passed: false,
+                        reason: e.clone(),
+                    },
+                    None => MetricResult {
+                        name: metric.name.clone(),
+                        value: None,
+                        passed: false,
+                        reason: "stats not read".to_string(),
+                    },
+                }
+            }
+        };
+        out.push(result);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::RouteStats;
+
+    fn metric(name: &str, min: Option<f64>, max: Option<f64>) -> MetricSpec {
+        MetricSpec {
+            name: name.into(),
+            min,
+            max,
+            interval_ms: 5_000,
+        }
+    }
+
+    fn stats(ok: u64, failed: u64, latency_us: u64) -> RoleStats {
+        let s = RouteStats::new(60);
+        for i in 0..ok + failed {
+            s.record(Role::Canary, 100, i >= ok, latency_us);
+        }
+        s.record(Role::Mirror, 100, false, 1_000);
+        RoleStats {
+            primary: s.snapshot(Role::Primary, 100, 5),
+            canary: s.snapshot(Role::Canary, 100, 5),
+            mirror: s.snapshot(Role::Mirror, 100, 5),
+        }
+    }
+
+    const SR: MetricSource = MetricSource {
+        kind: MetricKind::SuccessRate,
+        min_requests: 10,
+    };
+
+    #[test]
+    fn success_rate_and_duration_are_judged_on_the_canary_role() {
+        let m = metric("request-success-rate", Some(99.0), None);
+        let good = builtin_result(&m, &SR, &stats(100, 0, 2_000), Role::Canary);
+        assert!(good.passed, "{good:?}");
+        assert_eq!(good.value, Some(100.0));
+        let bad = builtin_result(&m, &SR, &stats(90, 10, 2_000), Role::Canary);
+        assert!(!bad.passed);
+        assert_eq!(bad.value, Some(90.0));
+        assert!(bad.reason.contains("< 99"), "{}", bad.reason);
+        let d = metric("request-duration", None, Some(100.0));
+        let src = MetricSource {
+            kind: MetricKind::Duration,
+            min_requests: 10,
+        };
+        let slow = builtin_result(&d, &src, &stats(50, 0, 300_000), Role::Canary);
+        assert!(!slow.passed);
+        assert!(
+            slow.value.is_some_and(|v| (v - 300.0).abs() < 300.0 * 0.05),
+            "{slow:?}"
+        );
+        let fast = builtin_result(&d, &src, &stats(50, 0, 3_000), Role::Canary);
+        assert!(fast.passed, "{fast:?}");
+    }
+
+    #[test]
+    fn too_little_traffic_is_a_failed_check_unless_min_requests_is_zero() {
+        let m = metric("request-success-rate", Some(99.0), None);
+        let few = builtin_result(&m, &SR, &stats(9, 0, 1_000), Role::Canary);
+        assert!(!few.passed);
+        assert!(
+            few.reason.starts_with("not enough traffic"),
+            "{}",
+            few.reason
+        );
+        let none = builtin_result(&m, &SR, &RoleStats::empty(5), Role::Canary);
+        assert!(!none.passed, "no traffic is not a pass");
+        let zero = MetricSource {
+            kind: MetricKind::SuccessRate,
+            min_requests: 0,
+        };
+        assert!(builtin_result(&m, &zero, &RoleStats::empty(5), Role::Canary).passed);
+        // With traffic, minRequests 0 still judges the value.
+        assert!(!builtin_result(&m, &zero, &stats(1, 1, 1_000), Role::Canary).passed);
+    }
+
+    #[test]
+    fn mirroring_runs_are_judged_on_the_shadow_copies() {
+        let st = CanaryState {
+            mirror: true,
+            ..CanaryState::default()
+        };
+        assert_eq!(judged_role(&st), Role::Mirror);
+        assert_eq!(judged_role(&CanaryState::default()), Role::Canary);
+    }
+
+    #[test]
+    fn query_templates_and_prometheus_answers() {
+        let vars = BTreeMap::from([
+            ("name", "app".to_string()),
+            ("route", "web".to_string()),
+            ("interval", promql_duration(60_000)),
+        ]);
+        assert_eq!(
+            render_query(
+                r#"rate(x{route="{{ route }}",c="{{name}}"}[{{  interval }}]) {{ other }} {{"#,
+                &vars
+            ),
+            r#"rate(x{route="web",c="app"}[1m]) {{ other }} {{"#
+        );
+        assert_eq!(promql_duration(90_000), "90s");
+        assert_eq!(promql_duration(500), "500ms");
+        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000.1,"99.5"]}]}}"#;
+        assert_eq!(parse_prometheus(vector), Ok(99.5));
+        let scalar =
+            br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.1,"3"]}}"#;
+        assert_eq!(parse_prometheus(scalar), Ok(3.0));
+        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
+        assert!(parse_prometheus(empty).is_err());
+        let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
+        assert!(parse_prometheus(nan).unwrap_err().contains("NaN"));
+        let err = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
+        assert!(parse_prometheus(err).unwrap_err().contains("parse error"));
+    }
+}
