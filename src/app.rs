@@ -43,6 +43,8 @@ pub struct RunningApp {
     /// The rollout engine driving the config's canaries (also reachable by the
     /// admin API's canary routes).
     pub engine: Arc<Engine>,
+    /// Fleet membership through etcd (`cluster:`); `None`: single replica.
+    pub cluster: Option<crate::cluster::Cluster>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -59,6 +61,10 @@ impl RunningApp {
         self.ready.store(false, Ordering::Release);
         // Stop the engine first: no table write during the drain.
         self.engine.shutdown().await;
+        // Then leave the fleet: the lease is revoked, the others take over at once.
+        if let Some(c) = &self.cluster {
+            c.shutdown().await;
+        }
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = t.await;
@@ -101,14 +107,29 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         started: Instant::now(),
     });
     let events = EventBus::new();
+    let (shutdown, rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let cluster = match &cfg.cluster {
+        None => None,
+        Some(settings) => {
+            let c = start_cluster(settings, &cfg, admin_addr)?;
+            tasks.push(tokio::spawn(forward_cluster_events(
+                c.clone(),
+                events.clone(),
+                rx.clone(),
+            )));
+            Some(c)
+        }
+    };
     let engine = Arc::new(crate::rollout::driver::start_for_app(
         &cfg,
         store.clone(),
         shared.started,
         events.clone(),
+        cluster
+            .clone()
+            .map(|c| Arc::new(c) as Arc<dyn crate::cluster::Ownership>),
     )?);
-    let (shutdown, rx) = watch::channel(false);
-    let mut tasks = Vec::new();
     let mut listeners = Vec::new();
     for (name, addr, listener, tls) in bound {
         tracing::info!(listener = %name, %addr, tls = tls.is_some(), "proxy listening");
@@ -156,6 +177,9 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         ext: {
             let mut ext = http::Extensions::new();
             ext.insert(engine.clone());
+            if let Some(c) = &cluster {
+                ext.insert(c.clone());
+            }
             ext
         },
     });
@@ -177,9 +201,64 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         store,
         shared,
         engine,
+        cluster,
         shutdown,
         tasks,
     })
+}
+
+/// Joins the fleet (`cluster:`): this replica's name and advertised control-API URL
+/// default to `<hostname>:<admin port>` and `http://<admin address>` (the hostname
+/// when the admin listener binds every interface).
+fn start_cluster(
+    settings: &crate::cluster::ClusterSettings,
+    cfg: &Config,
+    admin_addr: SocketAddr,
+) -> Result<crate::cluster::Cluster, String> {
+    let name = settings
+        .name
+        .clone()
+        .unwrap_or_else(|| crate::cluster::default_name(admin_addr.port()));
+    let api_url = settings.api_url.clone().unwrap_or_else(|| {
+        if admin_addr.ip().is_unspecified() {
+            let host = crate::cluster::default_name(admin_addr.port());
+            format!("http://{host}")
+        } else {
+            format!("http://{admin_addr}")
+        }
+    });
+    let canaries = cfg.canaries.iter().map(|c| c.raw.name.clone()).collect();
+    tracing::info!(target: "weir::cluster", replica = %name, %api_url, etcd = ?settings.etcd, "joining the fleet");
+    crate::cluster::Cluster::start(crate::cluster::ClusterOptions {
+        settings: settings.clone(),
+        name,
+        api_url,
+        canaries,
+    })
+    .map_err(|e| format!("cluster: {e}"))
+}
+
+/// Publishes every ownership event on the control API's bus (SSE kind `cluster`).
+async fn forward_cluster_events(
+    cluster: crate::cluster::Cluster,
+    bus: Arc<EventBus>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut rx = cluster.events();
+    loop {
+        tokio::select! {
+            e = rx.recv() => match e {
+                Ok(e) => {
+                    if let Ok(v) = serde_json::to_value(&e) {
+                        bus.publish("cluster", v);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => return,
+            },
+            _ = shutdown.changed() => return,
+        }
+    }
 }
 
 /// Folds recorded histogram samples into their buckets every few seconds

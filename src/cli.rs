@@ -93,6 +93,9 @@ enum Command {
 enum CtlCmd {
     /// Readiness, table version, and per route the weight and the idle slot.
     Status,
+    /// Fleet coordination (`cluster:`): replicas, shards, heartbeats and which canary
+    /// each replica owns.
+    Cluster,
     /// The routes of the table.
     Routes,
     /// Windowed stats per route and role.
@@ -228,6 +231,7 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
     }
     let command = match cmd {
         CtlCmd::Status => crate::ctl::CtlCommand::Status,
+        CtlCmd::Cluster => crate::ctl::CtlCommand::Cluster,
         CtlCmd::Routes => crate::ctl::CtlCommand::Routes,
         CtlCmd::Stats { route, window } => crate::ctl::CtlCommand::Stats { route, window },
         CtlCmd::SetWeight { route, weight } => crate::ctl::CtlCommand::SetWeight { route, weight },

@@ -67,6 +67,8 @@ pub enum CtlCommand {
         /// Stop after this many refreshes (default: until Ctrl-C).
         count: Option<u64>,
     },
+    /// Fleet coordination: replicas, shards, heartbeats, owned canaries.
+    Cluster,
 }
 
 /// Why a command failed.
@@ -302,6 +304,22 @@ pub async fn run(
             interval,
             count,
         } => watch(&api, opts, route.as_deref(), window, *interval, *count, out).await,
+        CtlCommand::Cluster => {
+            let v = api
+                .ok(Method::GET, "/api/v1/cluster", None, None)
+                .await?
+                .json()?;
+            if opts.json {
+                writeln!(out, "{}", pretty(&v))?;
+            } else {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
+                write!(out, "{}", crate::cluster::api::render(&v, now))?;
+            }
+            Ok(())
+        }
     }
 }
 

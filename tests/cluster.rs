@@ -163,14 +163,19 @@ fn replica(s: &ClusterSettings, name: &str) -> Cluster {
     .expect("start replica")
 }
 
-/// Who may drive each canary now, by replica name.
+/// Who may drive each canary now, by replica name (the canaries the replicas were
+/// configured with).
 fn drivers(replicas: &[&Cluster]) -> BTreeMap<String, Vec<String>> {
+    let names: Vec<String> = replicas
+        .first()
+        .map(|r| r.status().canaries.into_iter().map(|c| c.canary).collect())
+        .unwrap_or_default();
     let mut out: BTreeMap<String, Vec<String>> =
-        canaries().into_iter().map(|c| (c, Vec::new())).collect();
+        names.iter().map(|c| (c.clone(), Vec::new())).collect();
     for r in replicas {
-        for c in canaries() {
-            if r.may_drive(&c) {
-                out.entry(c).or_default().push(r.name().to_string());
+        for c in &names {
+            if r.may_drive(c) {
+                out.entry(c.clone()).or_default().push(r.name().to_string());
             }
         }
     }
@@ -557,4 +562,625 @@ async fn state_is_fenced_by_the_owner_key() {
         .await
         .expect("new owner saves");
     other.shutdown().await;
+}
+
+/// A lease that expires in etcd (revoked here from outside, as an expiry after a long
+/// partition would) takes every key of the replica with it: the replica notices at its
+/// next keepalive, drops everything (`LeaseExpired`, `CanaryLost`), joins again with a
+/// new lease and re-acquires its canaries under NEW ownership tokens (owner keys'
+/// create revisions), so an engine can tell that another replica may have driven the
+/// canary in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_lease_drops_everything_and_rejoins_with_new_tokens() {
+    let Some(etcd) =
+        Etcd::start("expired_lease_drops_everything_and_rejoins_with_new_tokens").await
+    else {
+        return;
+    };
+    let s = settings(&etcd, Replicas::Fixed(1), Algorithm::RoundRobin);
+    let a = replica(&s, "a");
+    assert!(eventually(TTL + SLACK, || settled(&[&a], 1)).await);
+    let before: BTreeMap<String, i64> = canaries()
+        .into_iter()
+        .map(|c| {
+            let t = a.token(&c).expect("token");
+            (c, t)
+        })
+        .collect();
+    let lease = a.status().lease.expect("lease").id;
+    let id = u64::from_str_radix(&lease, 16).expect("hex lease id") as i64;
+    let client = EtcdClient::new(&[etcd.url()], Duration::from_secs(2)).expect("client");
+    client.lease_revoke(id).await.expect("revoke");
+    assert!(
+        eventually(HEARTBEAT * 2 + TTL + SLACK, || {
+            a.event_log().iter().any(|e| e.kind == "LeaseExpired")
+                && settled(&[&a], 1)
+                && canaries()
+                    .iter()
+                    .all(|c| a.token(c).is_some_and(|t| t != before[c]))
+        })
+        .await,
+        "{:#?}",
+        a.event_log()
+    );
+    // Lost either by the snapshot that saw the owner keys gone (the watch wakes it at
+    // once) or by the keepalive that found the lease gone, whichever came first.
+    let log = a.event_log();
+    let lost: BTreeSet<&str> = log
+        .iter()
+        .filter(|e| e.kind == "CanaryLost")
+        .filter_map(|e| e.canary.as_deref())
+        .collect();
+    assert_eq!(lost.len(), 6, "every canary reported lost: {log:#?}");
+    a.shutdown().await;
+}
+
+// ------------------------------------------------------------------ whole replicas
+//
+// Three (or more) complete weirs in this process (proxy, control API, engine, cluster
+// membership), two `weir echo` slots shared by six routes `c0..c5` (hosts `cN.test`),
+// six canaries with a 300 ms analysis interval. Traffic goes to every replica's proxy,
+// and each canary's owner judges it on the sum of every replica's stats.
+
+mod support;
+
+use std::net::SocketAddr;
+use weir::app::RunningApp;
+use weir::rollout::{CanaryStatus, Phase};
+
+const INTERVAL: Duration = Duration::from_millis(300);
+/// Longest wait for a run to reach its end.
+const RUN_WAIT: Duration = Duration::from_secs(60);
+
+fn canary_names() -> Vec<String> {
+    (0..6).map(|i| format!("c{i}")).collect()
+}
+
+/// One replica's config: six routes and canaries on the shared slots.
+fn replica_yaml(
+    etcd: &Etcd,
+    name: &str,
+    replicas: &str,
+    blue: SocketAddr,
+    green: SocketAddr,
+) -> String {
+    let mut y = format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n\
+         cluster:\n  etcd: [\"{}\"]\n  prefix: /weir-fleet\n  replicas: {replicas}\n  heartbeat: 500ms\n  algorithm: round-robin\n  name: {name}\n\
+         backends:\n  app-blue:\n    endpoints: [\"{blue}\"]\n  app-green:\n    endpoints: [\"{green}\"]\nroutes:\n",
+        etcd.url()
+    );
+    for c in canary_names() {
+        y.push_str(&format!(
+            "  - name: {c}\n    hosts: [\"{c}.test\"]\n    primary: app-blue\n    canary: app-green\n"
+        ));
+    }
+    y.push_str("canaries:\n");
+    for c in canary_names() {
+        y.push_str(&format!(
+            "  - name: {c}\n    route: {c}\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\n"
+        ));
+    }
+    y
+}
+
+async fn start_app(yaml: &str) -> RunningApp {
+    let cfg = weir::config::parse_yaml(yaml, "fleet.yaml", std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{yaml}"));
+    weir::app::start(cfg).await.expect("start app")
+}
+
+fn cl(app: &RunningApp) -> &Cluster {
+    app.cluster.as_ref().expect("cluster configured")
+}
+
+/// The app driving canary `c` (exactly one, or `None`).
+fn owner_app<'a>(apps: &[&'a RunningApp], c: &str) -> Option<&'a RunningApp> {
+    let d: Vec<&RunningApp> = apps
+        .iter()
+        .copied()
+        .filter(|a| cl(a).may_drive(c))
+        .collect();
+    (d.len() == 1).then(|| d[0])
+}
+
+/// Canary `c`'s status on the replica that drives it.
+fn owner_status(apps: &[&RunningApp], c: &str) -> Option<CanaryStatus> {
+    owner_app(apps, c).and_then(|a| a.engine.status(c))
+}
+
+/// Polls until `f` holds for every canary's status on its owner, or panics after `bound`.
+async fn all_canaries(
+    apps: &[&RunningApp],
+    bound: Duration,
+    what: &str,
+    f: impl Fn(&CanaryStatus) -> bool,
+) {
+    let ok = eventually(bound, || {
+        canary_names()
+            .iter()
+            .all(|c| owner_status(apps, c).is_some_and(|s| f(&s)))
+    })
+    .await;
+    if !ok {
+        let st: Vec<String> = canary_names()
+            .iter()
+            .map(|c| match owner_status(apps, c) {
+                Some(s) => format!(
+                    "{c}: {:?} weight {} driven by {:?} ({:?})",
+                    s.phase, s.canary_weight, s.owner, s.data_plane_error
+                ),
+                None => format!("{c}: no single owner"),
+            })
+            .collect();
+        panic!("timed out waiting for {what}:\n{}", st.join("\n"));
+    }
+}
+
+/// Requests to every route through one proxy, until stopped; counts non-2xx answers.
+struct Load {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(addr: SocketAddr) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (s, n, f) = (stop.clone(), sent.clone(), failed.clone());
+        let task = tokio::spawn(async move {
+            let c = support::client();
+            let hosts: Vec<String> = canary_names().iter().map(|c| format!("{c}.test")).collect();
+            let mut i = 0usize;
+            while !s.load(Ordering::Relaxed) {
+                let host = &hosts[i % hosts.len()];
+                i += 1;
+                let req = support::get(addr, "/", &[("host", host)]);
+                match tokio::time::timeout(Duration::from_secs(5), c.request(req)).await {
+                    Ok(Ok(resp)) => {
+                        if !resp.status().is_success() {
+                            f.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
+                    }
+                    _ => {
+                        f.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                n.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        });
+        Load {
+            stop,
+            sent,
+            failed,
+            task,
+        }
+    }
+
+    async fn stop(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.task.await;
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One replica's table: its version and every route's (primary, canaryWeight).
+type TablePicture = (u64, Vec<(String, Option<i64>)>);
+
+/// `POST /api/v1/canaries/{c}/start` on `app` (forwarded to the owner if need be).
+async fn start_run(app: &RunningApp, c: &str) -> support::Resp {
+    let req = http::Request::post(format!(
+        "http://{}/api/v1/canaries/{c}/start",
+        app.admin_addr
+    ))
+    .header("content-type", "application/json")
+    .body(http_body_util::Full::new(bytes::Bytes::from_static(
+        b"{\"revision\":\"v2\"}",
+    )))
+    .expect("request");
+    support::send(&support::client(), req).await
+}
+
+async fn readyz(app: &RunningApp) -> support::Resp {
+    support::get_once(&support::client(), app.admin_addr, "/readyz", &[]).await
+}
+
+fn route_of(app: &RunningApp, c: &str) -> weir::config::raw::RawRoute {
+    app.store
+        .load()
+        .spec
+        .raw
+        .routes
+        .iter()
+        .find(|r| r.name == c)
+        .cloned()
+        .expect("route")
+}
+
+/// Starts `n` replicas and waits until every canary has one owner and is initialised.
+async fn fleet(
+    etcd: &Etcd,
+    names: &[&str],
+    replicas: &str,
+    blue: SocketAddr,
+    green: SocketAddr,
+) -> Vec<RunningApp> {
+    let mut apps = Vec::new();
+    for n in names {
+        apps.push(start_app(&replica_yaml(etcd, n, replicas, blue, green)).await);
+    }
+    apps
+}
+
+/// Starts a run of every canary through replica `via` (commands to canaries it does
+/// not own are forwarded), once each canary is initialised on its owner.
+async fn start_all_runs(apps: &[&RunningApp], via: &RunningApp) {
+    all_canaries(
+        apps,
+        TTL + SLACK,
+        "every canary initialised on its owner",
+        |s| s.phase == Phase::Initialized,
+    )
+    .await;
+    for c in canary_names() {
+        let r = start_run(via, &c).await;
+        assert_eq!(
+            r.status,
+            200,
+            "start {c} through {}: {}",
+            cl(via).name(),
+            r.text()
+        );
+    }
+}
+
+/// A replica dies mid-run: its canaries are re-owned by the survivors once its lease
+/// expires, continue from the state it stored in etcd (a `Restored` event at the
+/// weight reached, no re-initialisation) and are promoted; no canary is ever driven by
+/// two replicas (sampled, and on the survivors' event-log revisions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
+    let Some(etcd) = Etcd::start("fleet_dead_replica_runs_continue_on_the_new_owner").await else {
+        return;
+    };
+    let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
+    let mut apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
+    let loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    {
+        let refs: Vec<&RunningApp> = apps.iter().collect();
+        let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+        assert!(
+            eventually(TTL + SLACK, || settled(&clusters, 3)).await,
+            "{:?}",
+            drivers(&clusters)
+        );
+        start_all_runs(&refs, &apps[0]).await;
+        // Every run is under way (a step taken) before the crash.
+        all_canaries(&refs, RUN_WAIT, "every run at weight 20 or more", |s| {
+            s.phase == Phase::Progressing && s.canary_weight >= 20
+        })
+        .await;
+    }
+    // The victim: the replica driving the most canaries.
+    let victim = (0..apps.len())
+        .max_by_key(|i| cl(&apps[*i]).owned().len())
+        .expect("replicas");
+    let lost = cl(&apps[victim]).owned();
+    assert!(!lost.is_empty());
+    let sampler = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
+    cl(&apps[victim]).halt(); // a crash: nothing released, the lease runs out
+    let dead = apps.remove(victim);
+    let dead_name = cl(&dead).name().to_string();
+    let mut loads = loads;
+    let dead_load = loads.remove(victim);
+    let _ = dead_load.stop().await;
+    dead.shutdown().await;
+    let refs: Vec<&RunningApp> = apps.iter().collect();
+    let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+    assert!(
+        eventually(TTL + HEARTBEAT + SLACK, || lost
+            .iter()
+            .all(|c| owner_app(&refs, c).is_some()))
+        .await,
+        "canaries {lost:?} of {dead_name} re-owned: {:?}",
+        drivers(&clusters)
+    );
+    all_canaries(&refs, RUN_WAIT, "every run promoted", |s| {
+        s.phase == Phase::Succeeded && s.revision.as_deref() == Some("v2")
+    })
+    .await;
+    for c in &lost {
+        let s = owner_status(&refs, c).expect("owner");
+        // (A replica may have owned the canary for a moment while the fleet formed:
+        // look at what followed the takeover.)
+        let at = s
+            .events
+            .iter()
+            .rposition(|e| e.reason == "Restored")
+            .unwrap_or_else(|| panic!("{c}: the new owner continued from etcd: {:#?}", s.events));
+        let restored = &s.events[at];
+        assert!(
+            restored.canary_weight >= 20,
+            "{c} continued mid-run: {restored:?}"
+        );
+        assert!(
+            !s.events[at..]
+                .iter()
+                .any(|e| e.reason == "Initialized" || e.reason == "OwnershipAcquired"),
+            "{c} was not re-initialised after the takeover: {:#?}",
+            s.events
+        );
+        // Promotion swapped the slots on every surviving replica's table.
+        for a in &refs {
+            let r = route_of(a, c);
+            assert_eq!(
+                (r.primary.as_str(), r.canary_weight.unwrap_or(0)),
+                ("app-green", 0),
+                "{c} on {}",
+                cl(a).name()
+            );
+        }
+    }
+    let (violations, _) = sampler.finish().await;
+    assert!(violations.is_empty(), "{violations:?}");
+    let logs: Vec<Vec<ClusterEvent>> = apps.iter().map(|a| cl(a).event_log()).collect();
+    check_log_exclusive(&logs, i64::MAX).expect("ownership intervals never overlap");
+    for l in loads {
+        let (sent, failed) = l.stop().await;
+        assert!(sent > 0);
+        assert_eq!(failed, 0, "the survivors kept proxying ({sent} requests)");
+    }
+    for a in apps {
+        a.shutdown().await;
+    }
+}
+
+/// etcd goes away mid-run: no replica steps any canary (every table stays at its
+/// version and weight), every replica keeps proxying and reports not ready; when etcd
+/// is back the runs resume and are promoted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
+    let Some(mut etcd) = Etcd::start("fleet_without_etcd_steps_nothing_and_keeps_proxying").await
+    else {
+        return;
+    };
+    let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
+    let apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
+    let refs: Vec<&RunningApp> = apps.iter().collect();
+    let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+    let loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    assert!(eventually(TTL + SLACK, || settled(&clusters, 3)).await);
+    start_all_runs(&refs, &apps[1]).await;
+    all_canaries(&refs, RUN_WAIT, "every run at weight 20 or more", |s| {
+        s.phase == Phase::Progressing && s.canary_weight >= 20
+    })
+    .await;
+    // Who drove what when etcd went away.
+    let owners: Vec<(String, usize)> = canary_names()
+        .into_iter()
+        .map(|c| {
+            let i = refs
+                .iter()
+                .position(|a| cl(a).may_drive(&c))
+                .expect("an owner");
+            (c, i)
+        })
+        .collect();
+    etcd.kill();
+    assert!(
+        eventually(HEARTBEAT * 2 + SLACK, || clusters
+            .iter()
+            .all(|c| !c.has_valid_lease() && c.owned().is_empty()))
+        .await,
+        "every replica lost its lease"
+    );
+    // Let any tick that was under way finish (its save fails: it is dropped), then
+    // take the reference picture.
+    tokio::time::sleep(INTERVAL * 2).await;
+    let picture = |apps: &[&RunningApp]| -> Vec<TablePicture> {
+        apps.iter()
+            .map(|a| {
+                let snap = a.store.load();
+                (
+                    snap.version,
+                    snap.spec
+                        .raw
+                        .routes
+                        .iter()
+                        .map(|r| (r.primary.clone(), r.canary_weight))
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let before = picture(&refs);
+    let states = |refs: &[&RunningApp]| -> Vec<(Phase, u8, u32)> {
+        owners
+            .iter()
+            .map(|(c, i)| {
+                let s = refs[*i].engine.status(c).expect("status");
+                (s.phase, s.canary_weight, s.iterations)
+            })
+            .collect()
+    };
+    let states_before = states(&refs);
+    assert!(
+        states_before
+            .iter()
+            .all(|(p, w, _)| *p == Phase::Progressing && *w >= 20),
+        "{states_before:?}"
+    );
+    let sent_before: Vec<u64> = loads
+        .iter()
+        .map(|l| l.sent.load(Ordering::Relaxed))
+        .collect();
+    // Ten analysis intervals without etcd.
+    tokio::time::sleep(INTERVAL * 10).await;
+    assert_eq!(
+        picture(&refs),
+        before,
+        "no replica wrote any table without etcd"
+    );
+    assert_eq!(
+        states(&refs),
+        states_before,
+        "no owner stepped any canary without etcd"
+    );
+    for (l, b) in loads.iter().zip(&sent_before) {
+        assert!(
+            l.sent.load(Ordering::Relaxed) > *b + 10,
+            "traffic kept flowing"
+        );
+    }
+    for a in &refs {
+        let r = readyz(a).await;
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.json()["status"], "no-lease");
+        let resp = support::get_once(
+            &support::client(),
+            a.proxy_addr(),
+            "/",
+            &[("host", "c0.test")],
+        )
+        .await;
+        assert_eq!(resp.status, 200, "still proxying");
+    }
+    etcd.spawn().await;
+    all_canaries(
+        &refs,
+        RUN_WAIT,
+        "every run promoted after etcd came back",
+        |s| s.phase == Phase::Succeeded && s.revision.as_deref() == Some("v2"),
+    )
+    .await;
+    for a in &refs {
+        assert_eq!(readyz(a).await.status, 200);
+    }
+    for l in loads {
+        let (_, failed) = l.stop().await;
+        assert_eq!(failed, 0, "no request failed while etcd was away");
+    }
+    for a in apps {
+        a.shutdown().await;
+    }
+}
+
+/// A replica joins mid-run (auto mode): the canaries that move to it are released by
+/// their old owner (after its tick in progress) before it takes them, and their runs
+/// continue there to promotion. No canary is driven twice at any moment (sampled, and
+/// on the event logs' etcd revisions); `GET /api/v1/cluster` and `weir ctl cluster`
+/// show the new layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
+    let Some(etcd) =
+        Etcd::start("fleet_joining_replica_takes_over_runs_without_double_ownership").await
+    else {
+        return;
+    };
+    let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
+    let mut apps = fleet(&etcd, &["r0", "r1"], "auto", blue.addr, green.addr).await;
+    let mut loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    {
+        let refs: Vec<&RunningApp> = apps.iter().collect();
+        let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+        assert!(eventually(TTL + SLACK, || settled(&clusters, 2)).await);
+        start_all_runs(&refs, &apps[0]).await;
+        all_canaries(&refs, RUN_WAIT, "every run at weight 20 or more", |s| {
+            s.phase == Phase::Progressing && s.canary_weight >= 20
+        })
+        .await;
+    }
+    let sampler = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
+    apps.push(start_app(&replica_yaml(&etcd, "r2", "auto", blue.addr, green.addr)).await);
+    loads.push(Load::start(apps[2].proxy_addr()));
+    let sampler3 = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
+    let refs: Vec<&RunningApp> = apps.iter().collect();
+    let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+    assert!(
+        eventually(TTL + SLACK, || settled(&clusters, 3)).await,
+        "{:?}",
+        drivers(&clusters)
+    );
+    let moved = cl(&apps[2]).owned();
+    assert_eq!(
+        moved.len(),
+        2,
+        "round-robin over 3 shards gives the newcomer 2 canaries"
+    );
+    all_canaries(&refs, RUN_WAIT, "every run promoted", |s| {
+        s.phase == Phase::Succeeded && s.revision.as_deref() == Some("v2")
+    })
+    .await;
+    for c in &moved {
+        let s = apps[2].engine.status(c).expect("status");
+        assert!(
+            s.events.iter().any(|e| e.reason == "Restored"),
+            "{c} continued on r2: {:#?}",
+            s.events
+        );
+        assert_eq!(s.driven_here, Some(true));
+    }
+    let (v1, _) = sampler.finish().await;
+    let (v2, _) = sampler3.finish().await;
+    assert!(v1.is_empty() && v2.is_empty(), "{v1:?} {v2:?}");
+    let logs: Vec<Vec<ClusterEvent>> = clusters.iter().map(|c| c.event_log()).collect();
+    check_log_exclusive(&logs, i64::MAX).expect("ownership intervals never overlap");
+    // The moved canaries were released (owner key deleted) before r2 acquired them.
+    for c in &moved {
+        let released = logs
+            .iter()
+            .flatten()
+            .filter(|e| e.kind == "CanaryReleased" && e.canary.as_deref() == Some(c))
+            .map(|e| e.revision)
+            .max()
+            .unwrap_or_else(|| panic!("{c} released by its old owner"));
+        let acquired = cl(&apps[2])
+            .event_log()
+            .iter()
+            .filter(|e| e.kind == "CanaryAcquired" && e.canary.as_deref() == Some(c))
+            .map(|e| e.revision)
+            .min()
+            .expect("acquired by r2");
+        assert!(
+            acquired > released,
+            "{c}: acquired at {acquired}, released at {released}"
+        );
+    }
+    // The API and the ctl view.
+    let doc = support::get_once(
+        &support::client(),
+        apps[1].admin_addr,
+        "/api/v1/cluster",
+        &[],
+    )
+    .await;
+    assert_eq!(doc.status, 200);
+    let v = doc.json();
+    assert_eq!(v["enabled"], true);
+    assert_eq!(v["members"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        v["canaries"]
+            .as_array()
+            .map(|a| a.iter().filter(|c| c["owner"].is_string()).count()),
+        Some(6)
+    );
+    let text = weir::cluster::api::render(&v, 0);
+    assert!(
+        text.contains("r2") && text.contains("this replica drives"),
+        "{text}"
+    );
+    for l in loads {
+        let (_, failed) = l.stop().await;
+        assert_eq!(failed, 0);
+    }
+    for a in apps {
+        a.shutdown().await;
+    }
 }

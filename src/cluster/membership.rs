@@ -137,6 +137,8 @@ impl std::fmt::Display for SaveError {
 /// canary waits for it (bounded by [`RELEASE_WAIT`]).
 pub struct DriveGuard {
     _guard: OwnedRwLockReadGuard<()>,
+    /// The ownership token (owner key's create revision) the guard was taken under.
+    pub token: i64,
 }
 
 /// Another replica's control API, for the owner's remote data planes.
@@ -376,6 +378,21 @@ impl Cluster {
         self.inner.may_drive(canary)
     }
 
+    /// The ownership token of `canary` while this replica may drive it: the create
+    /// revision of its owner key. A different token than before means the canary was
+    /// lost and taken again meanwhile (another replica may have driven it): the engine
+    /// must reload its state.
+    pub fn token(&self, canary: &str) -> Option<i64> {
+        let st = lock(&self.inner.state);
+        if !self.inner.drivable(&st) {
+            return None;
+        }
+        st.owned
+            .get(canary)
+            .filter(|o| !o.releasing)
+            .map(|o| o.create_revision)
+    }
+
     /// Holds a valid lease (`/readyz`).
     pub fn has_valid_lease(&self) -> bool {
         self.inner.lease_valid(&lock(&self.inner.state))
@@ -402,7 +419,8 @@ impl Cluster {
         }
         let l = self.inner.drive_lock(canary);
         let g = l.read_owned().await;
-        self.may_drive(canary).then_some(DriveGuard { _guard: g })
+        self.token(canary)
+            .map(|token| DriveGuard { _guard: g, token })
     }
 
     /// The rollout state stored for `canary` (`None`: never saved).
@@ -466,6 +484,26 @@ impl Cluster {
             });
         }
         out
+    }
+
+    /// The replica holding `canary`'s owner key in the last snapshot, with its control
+    /// API (for forwarding an operator's command to it).
+    pub fn owner_of(&self, canary: &str) -> Option<Peer> {
+        let st = lock(&self.inner.state);
+        let view = st.view.as_ref()?;
+        let owner = view.owners.get(canary)?;
+        let name = owner.record.as_ref()?.replica.clone();
+        let api_url = view
+            .members
+            .get(&name)
+            .and_then(|m| m.record.as_ref())
+            .map(|r| r.api_url.clone())?;
+        let me = st.lease.as_ref().map(|l| l.id);
+        Some(Peer {
+            is_self: Some(owner.lease) == me,
+            name,
+            api_url,
+        })
     }
 
     /// Wakes the reconcile task now (tests, and after a configuration change).

@@ -50,6 +50,10 @@ pub trait Ownership: Send + Sync {
     /// canary's owner key, and is not giving it up).
     fn may_drive<'a>(&'a self, canary: &'a str) -> BoxFuture<'a, bool>;
 
+    /// The ownership token (owner key's create revision) while this replica may drive
+    /// `canary`; a new token means the canary was lost and taken again meanwhile.
+    fn token(&self, canary: &str) -> Option<i64>;
+
     /// Held across step → save → apply; `None` when the canary may not be driven.
     fn guard<'a>(&'a self, canary: &'a str) -> BoxFuture<'a, Option<DriveGuard>>;
 
@@ -70,11 +74,18 @@ pub trait Ownership: Send + Sync {
     /// Every live replica's control API (this one flagged `is_self`): the data planes
     /// the owner drives.
     fn peers(&self) -> Vec<Peer>;
+
+    /// The replica owning `canary` now, as last seen (status, command forwarding).
+    fn owner_of(&self, canary: &str) -> Option<Peer>;
 }
 
 impl Ownership for Cluster {
     fn may_drive<'a>(&'a self, canary: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(async move { Cluster::may_drive(self, canary) })
+    }
+
+    fn token(&self, canary: &str) -> Option<i64> {
+        Cluster::token(self, canary)
     }
 
     fn guard<'a>(&'a self, canary: &'a str) -> BoxFuture<'a, Option<DriveGuard>> {
@@ -99,5 +110,9 @@ impl Ownership for Cluster {
 
     fn peers(&self) -> Vec<Peer> {
         Cluster::peers(self)
+    }
+
+    fn owner_of(&self, canary: &str) -> Option<Peer> {
+        Cluster::owner_of(self, canary)
     }
 }

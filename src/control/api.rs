@@ -296,6 +296,7 @@ pub fn routes() -> impl Iterator<Item = &'static RouteDef> {
         .iter()
         .chain(crate::rollout::api::ROUTES.iter())
         .chain(crate::endpoints::api::ROUTES.iter())
+        .chain(crate::cluster::api::ROUTES.iter())
 }
 
 /// The routes of this module.
@@ -798,6 +799,16 @@ pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
 // ---------------------------------------------------------------- handlers
 
 fn readyz(s: &ApiState) -> ApiResponse {
+    // In a fleet, a replica without a valid etcd lease drives nothing: not ready
+    // (it still proxies).
+    if let Some(reason) = crate::cluster::api::not_ready_reason(s) {
+        if s.ready.load(Ordering::Acquire) {
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "no-lease", "reason": reason}),
+            );
+        }
+    }
     if s.ready.load(Ordering::Acquire) {
         json_response(
             StatusCode::OK,

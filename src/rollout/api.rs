@@ -10,6 +10,13 @@
 //!   applied before the answer (it interrupts a tick in progress). 200 with
 //!   `{accepted, message, status}`; 409 when the command does not apply in the current
 //!   phase (nothing changed; e.g. promote with no run in progress).
+//!
+//! In a fleet (`cluster:`) a command sent to a replica that does not own the canary is
+//! forwarded to the owner's control API (once: a forwarded command is marked with
+//! `x-weir-forwarded` and never forwarded again) and its answer relayed; with no owner
+//! at the moment it answers 503. Reads answer from any replica (a replica that does not
+//! drive the canary shows the owner's last stored record, with `owner` and
+//! `drivenHere`).
 
 use std::sync::Arc;
 
@@ -157,6 +164,88 @@ fn parse_command(r: &ApiRequest, what: &str) -> Result<ManualCommand, ApiError> 
     }
 }
 
+/// Marks a command forwarded by another replica of the fleet.
+pub const FORWARDED_HEADER: &str = "x-weir-forwarded";
+
+/// Fleet mode: sends the command to the canary's owner and relays its answer. `None`
+/// when this replica is the owner (or there is no fleet).
+async fn forward(
+    s: &ApiState,
+    r: &ApiRequest,
+    name: &str,
+    what: &str,
+) -> Option<Result<ApiResponse, ApiError>> {
+    let cluster = s.ext.get::<crate::cluster::Cluster>()?;
+    if cluster.may_drive(name) {
+        return None;
+    }
+    let unavailable = |reason: String| {
+        Some(Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            None,
+            reason,
+        )))
+    };
+    if r.headers.contains_key(FORWARDED_HEADER) {
+        return Some(Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not-owner",
+            None,
+            format!(
+                "replica {} does not own canary {name} (the fleet is moving it); retry",
+                cluster.name()
+            ),
+        )));
+    }
+    let Some(owner) = cluster.owner_of(name).filter(|o| !o.is_self) else {
+        return unavailable(format!(
+            "no replica owns canary {name} right now (the fleet is converging, or etcd is unreachable); retry"
+        ));
+    };
+    let url = format!(
+        "{}/api/v1/canaries/{}/{what}",
+        owner.api_url.trim_end_matches('/'),
+        super::dataplane::encode(name)
+    );
+    let mut headers = vec![
+        ("content-type", "application/json".to_string()),
+        (FORWARDED_HEADER, cluster.name().to_string()),
+    ];
+    if let Some(t) = &s.token {
+        headers.push(("authorization", format!("Bearer {t}")));
+    }
+    tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, owner = %owner.name, "canary command forwarded to the owner");
+    let client = super::http::HttpClient::new();
+    match client
+        .send(
+            Method::POST,
+            &url,
+            &headers,
+            Some(r.body.to_vec()),
+            super::dataplane::REMOTE_TIMEOUT,
+        )
+        .await
+    {
+        Ok(resp) => {
+            let status = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let body: serde_json::Value = serde_json::from_slice(&resp.body).unwrap_or_else(
+                |_| serde_json::json!({"error": "bad-gateway", "reason": resp.snippet(300)}),
+            );
+            Some(Ok(json_response(status, &body)))
+        }
+        Err(e) => Some(Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "bad-gateway",
+            None,
+            format!(
+                "the owner of canary {name} ({}, {}) did not answer: {e}",
+                owner.name, owner.api_url
+            ),
+        ))),
+    }
+}
+
 async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse, ApiError> {
     let name = r.param("name").to_string();
     let e = engine(s)?;
@@ -164,6 +253,9 @@ async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse
         return Err(ApiError::not_found("canary", &name));
     }
     let cmd = parse_command(r, what)?;
+    if let Some(answer) = forward(s, r, &name, what).await {
+        return answer;
+    }
     tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, "canary command");
     match e.command(&name, cmd).await {
         Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &out)),

@@ -33,6 +33,26 @@
 //! routes all traffic to the primary — a safe rollback, never half-shifted traffic.
 //! Without `rollout.stateDir` the state lives in memory only and a restarted weir
 //! initialises every canary the same way.
+//!
+//! # Fleets (`cluster:`)
+//! With an [`Ownership`] (the `cluster` module), every replica runs a task per canary
+//! but only the canary's owner steps it:
+//! - **Gate.** Before anything that could write (owed writes, a tick, a command), the
+//!   task asks [`Ownership::may_drive`], and it holds the [`Ownership::guard`] across
+//!   step → save → apply, so a release waits for a tick in progress.
+//! - **Takeover.** On gaining a canary the task loads the record from etcd
+//!   ([`Ownership::load_state`]) and continues it exactly as after a restart
+//!   (re-assert on every data plane, first analysis after one interval); with no record
+//!   it initialises.
+//! - **Save.** The record goes to etcd instead of `stateDir`, fenced by the owner key
+//!   ([`Ownership::save_state`]): a refused save means the canary was lost, and the
+//!   step is dropped (not published, not applied).
+//! - **Data planes.** A canary without `dataPlanes` drives this process and every
+//!   other live replica's control API ([`Ownership::peers`]); the fleet follows the
+//!   members, and a replica that joins gets the recorded traffic re-asserted.
+//! - **Not the owner.** The task idles; it refreshes its status from the stored record
+//!   now and then (so any replica shows the run), and refuses commands (the API
+//!   forwards them to the owner).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -58,6 +78,7 @@ use super::machine::{
 use super::metrics;
 use super::spec::{HookKind, Promotion, Strategy, TOTAL_WEIGHT};
 use super::webhooks::{self, HookPayload, Notification, Notifier};
+use crate::cluster::{DriveGuard, Ownership, SaveError};
 use crate::config::raw::RawAffinityState;
 use crate::config::CanaryConfig;
 use crate::control::store::TableStore;
@@ -101,7 +122,18 @@ pub struct EngineOptions {
     pub local: Option<LocalPlane>,
     /// Also send every event there.
     pub sink: Option<EventSink>,
+    /// Fleet mode (`cluster:`): only the canaries this replica owns are stepped, their
+    /// state lives in etcd (`state_dir` is not used), and canaries without
+    /// `dataPlanes` drive every live replica. `None`: this weir is alone.
+    pub ownership: Option<Arc<dyn Ownership>>,
+    /// Bearer token for the other replicas' control APIs (fleet mode; the fleet
+    /// shares one admin token).
+    pub peer_token: Option<String>,
 }
+
+/// How often a replica that does not own a canary refreshes its status from the
+/// stored record.
+pub const FOLLOWER_REFRESH: Duration = Duration::from_secs(2);
 
 /// One transition or notable happening of a canary, with the numbers behind it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -191,6 +223,13 @@ pub struct CanaryStatus {
     pub pending_writes: usize,
     /// Why the last tick could not run, if it could not.
     pub data_plane_error: Option<String>,
+    /// Fleet mode: the replica that owns (drives) the canary, as last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Fleet mode: this replica drives the canary now (else the status is the owner's
+    /// last stored record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driven_here: Option<bool>,
     /// Recent events, oldest first.
     pub events: Vec<RolloutEvent>,
 }
@@ -318,7 +357,8 @@ impl Engine {
     /// in-process data plane and there is none, or the state directory cannot be made.
     pub fn start(canaries: &[CanaryConfig], opts: EngineOptions) -> Result<Engine, String> {
         let client = HttpClient::new();
-        if let Some(dir) = &opts.state_dir {
+        let fleet_mode = opts.ownership.is_some();
+        if let (Some(dir), false) = (&opts.state_dir, fleet_mode) {
             if !canaries.is_empty() {
                 std::fs::create_dir_all(dir).map_err(|e| {
                     format!("rollout.stateDir {}: cannot create: {e}", dir.display())
@@ -360,9 +400,11 @@ impl Engine {
         let mut tasks = Vec::new();
         for (def, fleet) in runners {
             let name = def.spec.name.clone();
+            // In a fleet the state lives in etcd.
             let path = opts
                 .state_dir
                 .as_ref()
+                .filter(|_| !fleet_mode)
                 .map(|d| d.join(format!("{name}.json")));
             let (restored, load_error) = match &path {
                 None => (None, None),
@@ -372,7 +414,8 @@ impl Engine {
                 },
             };
             let (cmd_tx, cmd_rx) = mpsc::channel(16);
-            let runner = Runner::new(
+            let follow_members = fleet_mode && def.data_planes.is_empty();
+            let mut runner = Runner::new(
                 def,
                 fleet,
                 client.clone(),
@@ -381,6 +424,15 @@ impl Engine {
                 events.clone(),
                 opts.sink.clone(),
             );
+            runner.fleet_mode = opts.ownership.clone().map(|o| FleetMode {
+                owner_rx: o.subscribe(),
+                ownership: o,
+                driving: None,
+                follow_members,
+                peer_token: opts.peer_token.clone(),
+                remotes: Vec::new(),
+            });
+            runner.update_status();
             let status = runner.status.clone();
             handles.insert(
                 name,
@@ -475,6 +527,7 @@ async fn wait(
     cmd_rx: &mut mpsc::Receiver<CommandMsg>,
     shutdown: &mut watch::Receiver<bool>,
     d: Option<Duration>,
+    owner_rx: Option<&mut watch::Receiver<u64>>,
 ) -> Wake {
     if *shutdown.borrow() {
         return Wake::Stop;
@@ -485,14 +538,44 @@ async fn wait(
             None => std::future::pending::<()>().await,
         }
     };
+    // Fleet mode: an ownership change ends the wait (the loop re-checks the gate).
+    let owner_change = async {
+        match owner_rx {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
     tokio::select! {
         _ = sleep => Wake::Timeout,
+        _ = owner_change => Wake::Timeout,
         m = cmd_rx.recv() => match m {
             Some(m) => Wake::Command(m),
             None => Wake::Stop,
         },
         _ = shutdown.changed() => Wake::Stop,
     }
+}
+
+/// A runner's fleet-mode state.
+struct FleetMode {
+    /// Who may drive.
+    ownership: Arc<dyn Ownership>,
+    /// Ownership-change notifications.
+    owner_rx: watch::Receiver<u64>,
+    /// This replica drives the canary now, under this ownership token (it took over
+    /// and has not lost it since).
+    driving: Option<i64>,
+    /// The canary has no `dataPlanes`: its fleet is this process plus every other live
+    /// replica.
+    follow_members: bool,
+    /// Token for the other replicas' control APIs.
+    peer_token: Option<String>,
+    /// The remote planes' URLs now in the fleet (after the in-process one).
+    remotes: Vec<String>,
 }
 
 /// What a tick's observation found.
@@ -524,6 +607,8 @@ struct Runner {
     dp_error: Option<String>,
     /// The current state-file problem, reported once until it clears.
     persist_error: Option<String>,
+    /// Fleet mode (`cluster:`); `None` when this weir is alone.
+    fleet_mode: Option<FleetMode>,
 }
 
 impl Runner {
@@ -570,6 +655,7 @@ impl Runner {
             reassert: vec![was_restored && live; n],
             dp_error: None,
             persist_error: None,
+            fleet_mode: None,
         }
     }
 
@@ -593,16 +679,33 @@ impl Runner {
             );
         }
         if self.restored {
-            self.on_restore(now);
+            self.on_restore(now, "the state file");
         }
         self.update_status();
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            if let Err(e) = self.settle().await {
+            if !self.gate().await {
+                // Fleet mode, not the owner: idle until ownership changes, refreshing
+                // the status from the owner's stored record.
+                let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+                match wait(&mut cmd_rx, &mut shutdown, Some(FOLLOWER_REFRESH), owner_rx).await {
+                    Wake::Stop => break,
+                    Wake::Command(m) => self.command(m).await,
+                    Wake::Timeout => self.follow().await,
+                }
+                continue;
+            }
+            let settled = match self.drive_guard().await {
+                Some(_g) => self.settle().await,
+                None => continue,
+            };
+            if let Err(e) = settled {
                 self.set_dp_error(Some(e));
-                match wait(&mut cmd_rx, &mut shutdown, Some(self.retry_delay())).await {
+                let d = Some(self.retry_delay());
+                let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+                match wait(&mut cmd_rx, &mut shutdown, d, owner_rx).await {
                     Wake::Stop => break,
                     Wake::Command(m) => self.command(m).await,
                     Wake::Timeout => {}
@@ -615,7 +718,8 @@ impl Runner {
                 let d = p
                     .next_due_ms
                     .map(|t| Duration::from_millis(t.saturating_sub(now).max(1)));
-                match wait(&mut cmd_rx, &mut shutdown, d).await {
+                let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+                match wait(&mut cmd_rx, &mut shutdown, d, owner_rx).await {
                     Wake::Stop => break,
                     Wake::Command(m) => self.command(m).await,
                     Wake::Timeout => {}
@@ -643,8 +747,15 @@ impl Runner {
                     }
                 }
                 Next::Observed(Ok(Observed::Ready(obs, routes))) => {
+                    // Fleet mode: step only while still the owner, and hold the guard
+                    // until the step is saved and applied.
+                    let Some(_g) = self.drive_guard().await else {
+                        continue;
+                    };
                     for (i, r) in routes.iter().enumerate() {
-                        self.versions[i] = Some(r.version);
+                        if let Some(v) = self.versions.get_mut(i) {
+                            *v = Some(r.version);
+                        }
                     }
                     self.set_dp_error(None);
                     self.adopt_slots(&routes, now);
@@ -652,7 +763,9 @@ impl Runner {
                 }
                 Next::Observed(Err(e)) => {
                     self.set_dp_error(Some(format!("tick skipped: {e}")));
-                    match wait(&mut cmd_rx, &mut shutdown, Some(self.retry_delay())).await {
+                    let d = Some(self.retry_delay());
+                    let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+                    match wait(&mut cmd_rx, &mut shutdown, d, owner_rx).await {
                         Wake::Stop => break,
                         Wake::Command(m) => self.command(m).await,
                         Wake::Timeout => {}
@@ -665,7 +778,7 @@ impl Runner {
 
     /// A run restored from the state file continues; its first analysis waits one
     /// interval so the stats window refills.
-    fn on_restore(&mut self, now: u64) {
+    fn on_restore(&mut self, now: u64, from: &str) {
         let st = &mut self.rec.state;
         let analysing = matches!(st.phase, Phase::Progressing | Phase::WaitingPromotion);
         if analysing && !st.paused {
@@ -673,7 +786,7 @@ impl Runner {
         }
         let age = now.saturating_sub(self.rec.saved_at_ms) / 1000;
         let msg = format!(
-            "Restored from the state file (saved {age}s ago): {} at canary weight {}{}; route re-asserted on every data plane{}",
+            "Restored from {from} (saved {age}s ago): {} at canary weight {}{}; route re-asserted on every data plane{}",
             st.phase,
             st.canary_weight,
             st.revision
@@ -938,6 +1051,28 @@ impl Runner {
     }
 
     async fn command(&mut self, msg: CommandMsg) {
+        let guard = self.drive_guard().await;
+        if guard.is_none() {
+            // Fleet mode, not the owner: refuse (the API forwards to the owner).
+            let status = self
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let owner = status
+                .owner
+                .clone()
+                .unwrap_or_else(|| "no replica yet".into());
+            let _ = msg.reply.send(CommandOutcome {
+                accepted: false,
+                message: format!(
+                    "Not the owner: canary {} is driven by {owner}",
+                    self.def.spec.name
+                ),
+                status,
+            });
+            return;
+        }
         let now = now_ms();
         let prev = self.rec.state.clone();
         let (next, cmds) = step(
@@ -971,7 +1106,16 @@ impl Runner {
     /// Persists, publishes and applies the outcome of a step (in that order: a crash
     /// after the state is saved re-applies its writes from the file).
     async fn commit(&mut self, events: Vec<RolloutEvent>) {
-        self.persist().await;
+        if !self.persist().await {
+            // Fleet mode: the save was refused (ownership lost, or etcd unreachable):
+            // the step never happened. The next owner continues from the last saved
+            // record; this replica reloads it if it gets the canary back.
+            if let Some(f) = self.fleet_mode.as_mut() {
+                f.driving = None;
+            }
+            self.update_status();
+            return;
+        }
         for e in events {
             self.publish(e);
         }
@@ -1185,9 +1329,44 @@ impl Runner {
         }
     }
 
-    async fn persist(&mut self) {
+    /// Saves the record. Single replica: to the state file (a failure is reported and
+    /// the step still applies, as before). Fleet mode: to etcd, fenced by the owner key;
+    /// `false` means the step must not be applied.
+    async fn persist(&mut self) -> bool {
+        if let Some(f) = &self.fleet_mode {
+            let o = f.ownership.clone();
+            self.rec.saved_at_ms = now_ms();
+            let data = match serde_json::to_vec(&self.rec) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(target: "weir::rollout", canary = %self.def.spec.name, error = %e, "cannot serialise the state record");
+                    return false;
+                }
+            };
+            return match o.save_state(&self.def.spec.name, &data).await {
+                Ok(()) => {
+                    self.persist_error = None;
+                    true
+                }
+                Err(e) => {
+                    let (reason, msg) = match &e {
+                        SaveError::NotOwner(_) => (
+                            "OwnershipLost",
+                            format!("{e}: the step is dropped, traffic stays as it is"),
+                        ),
+                        SaveError::Unavailable(_) => (
+                            "StateNotSaved",
+                            format!("{e}: the step is dropped, traffic stays as it is"),
+                        ),
+                    };
+                    let ev = self.event(&self.rec.state, reason.into(), true, msg, now_ms());
+                    self.publish(ev);
+                    false
+                }
+            };
+        }
         let Some(path) = self.path.clone() else {
-            return;
+            return true;
         };
         self.rec.saved_at_ms = now_ms();
         match save_record(&path, &self.rec).await {
@@ -1206,16 +1385,208 @@ impl Runner {
                 }
             }
         }
+        true
+    }
+
+    // ------------------------------------------------------------ fleet mode
+
+    /// True when this task may drive the canary now. Fleet mode: asks the ownership,
+    /// takes over on a gain (state from etcd), stops on a loss, and keeps the fleet in
+    /// step with the live members. Single replica: always true.
+    async fn gate(&mut self) -> bool {
+        let Some(f) = &self.fleet_mode else {
+            return true;
+        };
+        let o = f.ownership.clone();
+        let was = f.driving;
+        // The token, not just "may drive": a canary lost and taken back while this task
+        // looked away (a long observation) has a new token, and another replica may
+        // have driven it meanwhile: it is taken over again from the stored state.
+        let token = o.token(&self.def.spec.name);
+        let now = now_ms();
+        if token.is_none() || (was.is_some() && was != token) {
+            if was.is_some() {
+                if let Some(f) = self.fleet_mode.as_mut() {
+                    f.driving = None;
+                }
+                self.driver_event(
+                    "OwnershipLost",
+                    true,
+                    "This replica no longer owns the canary: stopped driving it (traffic stays where it is)".into(),
+                    now,
+                );
+            }
+            if token.is_none() {
+                return false;
+            }
+        }
+        self.sync_fleet(&*o);
+        if self
+            .fleet_mode
+            .as_ref()
+            .is_some_and(|f| f.driving.is_none())
+        {
+            if !self.take_over(&*o, now).await {
+                return false;
+            }
+            if let Some(f) = self.fleet_mode.as_mut() {
+                f.driving = token;
+            }
+        }
+        true
+    }
+
+    /// The fleet-mode guard held across step → save → apply; `None` when this replica
+    /// may not drive (single replica: a dummy `Some`).
+    async fn drive_guard(&self) -> Option<Option<DriveGuard>> {
+        match &self.fleet_mode {
+            None => Some(None),
+            Some(FleetMode {
+                driving: Some(t),
+                ownership,
+                ..
+            }) => {
+                let g = ownership.guard(&self.def.spec.name).await?;
+                // Taken back under another token meanwhile: the gate reloads first.
+                (g.token == *t).then_some(Some(g))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Continues the run from the record the previous owner stored (or initialises
+    /// when there is none). False when the record cannot be read now (retried).
+    async fn take_over(&mut self, o: &dyn Ownership, now: u64) -> bool {
+        let name = self.def.spec.name.clone();
+        let loaded = match o.load_state(&name).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.set_dp_error(Some(format!("cannot read the stored state: {e}")));
+                return false;
+            }
+        };
+        let fresh = Record {
+            format: STATE_FORMAT,
+            canary: name.clone(),
+            route: self.def.route.clone(),
+            ..Record::default()
+        };
+        let n = self.fleet.planes().len();
+        self.versions = vec![None; n];
+        match loaded.map(|b| serde_json::from_slice::<Record>(&b)) {
+            Some(Ok(rec)) if rec.canary == name && rec.route == self.def.route => {
+                self.rec = rec;
+                self.rec.format = STATE_FORMAT;
+                let live = self.rec.state.phase != Phase::Initializing;
+                self.reassert = vec![live; n];
+                self.on_restore(now, "etcd (the last owner's saved state)");
+            }
+            other => {
+                let why = match other {
+                    None => "no state stored yet".to_string(),
+                    Some(Ok(r)) => format!(
+                        "the stored state belongs to canary {:?} on route {:?}",
+                        r.canary, r.route
+                    ),
+                    Some(Err(e)) => format!("the stored state is unreadable ({e})"),
+                };
+                self.rec = fresh;
+                self.reassert = vec![false; n];
+                self.driver_event(
+                    "OwnershipAcquired",
+                    false,
+                    format!("This replica owns the canary: {why}; starting from initialisation (all traffic to the primary)"),
+                    now,
+                );
+            }
+        }
+        true
+    }
+
+    /// Fleet mode, canaries without `dataPlanes`: this process plus every other live
+    /// replica. A replica that joins gets the recorded traffic re-asserted.
+    fn sync_fleet(&mut self, o: &dyn Ownership) {
+        let Some(f) = &self.fleet_mode else { return };
+        if !f.follow_members {
+            return;
+        }
+        let mut urls: Vec<String> = o
+            .peers()
+            .into_iter()
+            .filter(|p| !p.is_self && !p.api_url.is_empty())
+            .map(|p| p.api_url)
+            .collect();
+        urls.sort();
+        urls.dedup();
+        if urls == f.remotes {
+            return;
+        }
+        let token = f.peer_token.clone();
+        let Some(local) = self.fleet.planes().first().cloned() else {
+            return;
+        };
+        let old_ids = self.fleet.ids();
+        let live = self.rec.state.phase != Phase::Initializing;
+        let mut planes: Vec<Arc<dyn DataPlane>> = vec![local];
+        for u in &urls {
+            planes.push(Arc::new(Remote::new(
+                u.clone(),
+                token.clone(),
+                self.client.clone(),
+            )));
+        }
+        let fleet = Fleet::new(planes);
+        let ids = fleet.ids();
+        let mut versions = Vec::with_capacity(ids.len());
+        let mut reassert = Vec::with_capacity(ids.len());
+        for id in &ids {
+            match old_ids.iter().position(|o| o == id) {
+                Some(i) => {
+                    versions.push(self.versions.get(i).copied().flatten());
+                    reassert.push(self.reassert.get(i).copied().unwrap_or(false));
+                }
+                None => {
+                    versions.push(None);
+                    reassert.push(live);
+                }
+            }
+        }
+        tracing::info!(target: "weir::rollout", canary = %self.def.spec.name, planes = ?ids, "fleet follows the live replicas");
+        self.fleet = fleet;
+        self.versions = versions;
+        self.reassert = reassert;
+        if let Some(f) = self.fleet_mode.as_mut() {
+            f.remotes = urls;
+        }
+        self.update_status();
+    }
+
+    /// Fleet mode, not the owner: shows the owner's last stored record.
+    async fn follow(&mut self) {
+        let Some(f) = &self.fleet_mode else { return };
+        let o = f.ownership.clone();
+        if let Ok(Some(b)) = o.load_state(&self.def.spec.name).await {
+            if let Ok(rec) = serde_json::from_slice::<Record>(&b) {
+                if rec.canary == self.def.spec.name && rec.route == self.def.route {
+                    self.rec = rec;
+                }
+            }
+        }
+        self.update_status();
     }
 
     fn update_status(&self) {
-        let s = build_status(
+        let mut s = build_status(
             &self.def,
             &self.fleet,
             &self.rec,
             &self.ring,
             self.dp_error.clone(),
         );
+        if let Some(f) = &self.fleet_mode {
+            s.owner = f.ownership.owner_of(&self.def.spec.name).map(|p| p.name);
+            s.driven_here = Some(f.driving.is_some());
+        }
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
 }
@@ -1256,18 +1627,22 @@ fn build_status(
         data_planes: fleet.ids(),
         pending_writes: rec.pending.len(),
         data_plane_error: dp_error,
+        owner: None,
+        driven_here: None,
         events: ring.iter().cloned().collect(),
     }
 }
 
 /// Starts the engine of a weir process: its canaries drive the in-process table store
 /// (or their `dataPlanes`), and every event is also published on the control API's
-/// event bus as an SSE event of kind `rollout`.
+/// event bus as an SSE event of kind `rollout`. With `ownership` (fleet mode) only the
+/// owned canaries are driven, over every live replica, with their state in etcd.
 pub fn start_for_app(
     cfg: &crate::config::Config,
     store: Arc<TableStore>,
     started: Instant,
     bus: Arc<crate::control::events::EventBus>,
+    ownership: Option<Arc<dyn Ownership>>,
 ) -> Result<Engine, String> {
     let sink: EventSink = Arc::new(move |e: &RolloutEvent| {
         if let Ok(v) = serde_json::to_value(e) {
@@ -1280,6 +1655,8 @@ pub fn start_for_app(
             state_dir: cfg.rollout.state_dir.clone(),
             local: Some(LocalPlane { store, started }),
             sink: Some(sink),
+            ownership,
+            peer_token: cfg.admin.token.clone(),
         },
     )
 }

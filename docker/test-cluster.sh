@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# docker/test-cluster.sh: a weir fleet (docs/cluster.md) in containers, with a real
+# etcd and a real network partition.
+#
+#   networks  data: the echo slots and the replicas' proxies
+#             ctrl: etcd and the replicas' control APIs (the owner drives the others)
+#   etcd      the host's /usr/bin/etcd in a FROM-scratch image (nothing is pulled)
+#   w0 w1 w2  weir replicas: cluster {replicas: 3, heartbeat: 1s → lease TTL 3s},
+#             three routes c0..c2 (hosts cN.test) on the slots app-v1 / app-v2,
+#             three canaries (interval 2s, steps 10..50, success rate ≥ 99%)
+#
+#   1. images: weir (docker/build.sh unless WEIR_SKIP_BUILD=1) and etcd
+#   2. fleet up: every canary owned by exactly one replica
+#   3. a run of every canary, traffic through every replica's published port
+#   4. partition the replica owning the most canaries from `ctrl`
+#      (`docker network disconnect`): it reports not ready (no lease), owns nothing,
+#      writes nothing to its table, and keeps proxying; its canaries are re-owned by
+#      the others within lease TTL + heartbeat (+ slack), each exactly once
+#   5. the runs continue to promotion on the new owners
+#   6. reconnect: the replica rejoins, every canary owned once, and the promoted routes
+#      are re-asserted on its table
+#   7. tear-down (always, failed or not)
+#
+# Ports are published on 127.0.0.1 only (Docker picks them); names are unique per run.
+# Needs: docker, curl, python3, /usr/bin/etcd on the host (Debian: etcd-server).
+# Environment: WEIR_IMAGE (default weir:dev), WEIR_SKIP_BUILD=1 (use the image as
+# it is), ETCD_BIN (default: `command -v etcd`), KEEP_LOGS=DIR.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+image=${WEIR_IMAGE:-weir:dev}
+run_id="$$-$RANDOM"
+prefix="weirfleet-$run_id"
+etcd_image="weir-test-etcd:$run_id"
+token="fleet-test-token-$run_id-0123456789"
+heartbeat_s=1
+ttl_s=3
+slack_s=20
+script_start=$SECONDS
+
+STEPS=(
+  "images: weir and etcd"
+  "fleet up: every canary owned exactly once"
+  "a run of every canary under traffic"
+  "partition: the cut-off replica stops, keeps proxying; its canaries are re-owned"
+  "the runs continue to promotion on the new owners"
+  "reconnect: the replica rejoins and gets the promoted routes"
+  "tear down"
+)
+passed=0
+current=""
+containers=()
+networks=()
+load_pids=()
+
+step() {
+  current=$1
+  printf '\n==> [%3ss] step %d/%d: %s\n' "$((SECONDS - script_start))" "$((passed + 1))" "${#STEPS[@]}" "$current"
+}
+ok() {
+  passed=$((passed + 1))
+  printf '    ok: %s\n' "$current"
+}
+info() { printf '    %s\n' "$*"; }
+fail() {
+  printf '\nFAILED at step %d/%d (%s): %s\n' "$((passed + 1))" "${#STEPS[@]}" "$current" "$*" >&2
+  exit 1
+}
+
+tmp=$(mktemp -d)
+chmod 0755 "$tmp"
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for p in "${load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  if ((rc != 0)); then
+    for c in "${containers[@]}"; do
+      echo "---- last log lines of $c" >&2
+      docker logs --tail 25 "$c" >&2 2>&1 || true
+    done
+  fi
+  if [[ -n ${KEEP_LOGS:-} ]]; then
+    mkdir -p "$KEEP_LOGS"
+    for c in "${containers[@]}"; do docker logs "$c" >"$KEEP_LOGS/$c.log" 2>&1 || true; done
+  fi
+  for c in "${containers[@]}"; do docker rm -f "$c" >/dev/null 2>&1 || true; done
+  for n in "${networks[@]}"; do docker network rm "$n" >/dev/null 2>&1 || true; done
+  docker rmi "$etcd_image" >/dev/null 2>&1 || true
+  rm -rf "$tmp"
+  if ((rc != 0)); then
+    local i
+    for ((i = passed + 1; i < ${#STEPS[@]}; i++)); do printf '    not run: %s\n' "${STEPS[$i]}" >&2; done
+    printf 'docker-test-cluster: %d passed, 1 failed\n' "$passed"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------------------
+# Helpers
+
+# json EXPR: evaluates a Python expression over `d` (the JSON document on stdin);
+# prints nothing when the input is not JSON.
+json() {
+  python3 -c '
+import json, sys
+try: d = json.load(sys.stdin)
+except Exception: sys.exit(0)
+r = eval(sys.argv[1])
+print(json.dumps(r) if isinstance(r, (dict, list, bool)) or r is None else r)
+' "$1"
+}
+
+declare -A admin_port proxy_port
+replicas=(w0 w1 w2)
+canaries=(c0 c1 c2)
+
+# api REPLICA METHOD PATH [BODY]: prints the body; sets API_STATUS (000: unreachable).
+api() {
+  local r=$1 m=$2 p=$3 out
+  local args=(-sS --max-time 5 -X "$m" -H "Authorization: Bearer $token" -w '\n%{http_code}')
+  [[ $# -ge 4 ]] && args+=(-H 'Content-Type: application/json' --data "$4")
+  if ! out=$(curl "${args[@]}" "http://127.0.0.1:${admin_port[$r]}$p" 2>/dev/null); then
+    API_STATUS=000
+    API_BODY=""
+    return 0
+  fi
+  API_STATUS=${out##*$'\n'}
+  API_BODY=${out%$'\n'*}
+}
+
+cluster_doc() { api "$1" GET /api/v1/cluster; echo "$API_BODY"; }
+
+# owners REPLICA...: "canary=owner" for every canary driven by exactly one of these
+# replicas (from each replica's own `owned` list), "canary=?" otherwise.
+owners() {
+  local -A by
+  local r c
+  for r in "$@"; do
+    for c in $(cluster_doc "$r" | json '" ".join(d.get("owned", []))'); do
+      by[$c]+="$r "
+    done
+  done
+  for c in "${canaries[@]}"; do
+    local who=(${by[$c]:-})
+    if ((${#who[@]} == 1)); then echo "$c=${who[0]}"; else echo "$c=?(${who[*]:-none})"; fi
+  done
+}
+
+# each_once REPLICA...: every canary driven by exactly one of them.
+each_once() { ! owners "$@" | grep -q '?'; }
+
+# until_ok SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.5 s.
+until_ok() {
+  local secs=$1 what=$2
+  local deadline=$((SECONDS + secs))
+  shift 2
+  until "$@"; do
+    ((SECONDS < deadline)) || fail "timed out after $secs s waiting for: $what"
+    sleep 0.5
+  done
+}
+
+# status REPLICA CANARY: "phase weight" on that replica (the owner's view if it owns it).
+status() {
+  api "$1" GET "/api/v1/canaries/$2"
+  echo "$API_BODY" | json 'd["phase"] + " " + str(d.get("canaryWeight", 0))'
+}
+
+# owner_status CANARY REPLICA...: the status on the canary's owner among them.
+owner_status() {
+  local c=$1 r line
+  shift
+  for line in $(owners "$@"); do
+    if [[ $line == "$c="* && $line != *"?"* ]]; then
+      r=${line#*=}
+      status "$r" "$c"
+      return
+    fi
+  done
+  echo "none 0"
+}
+
+all_phase() { # PHASE MIN_WEIGHT REPLICA...
+  local want=$1 min=$2 c s
+  shift 2
+  for c in "${canaries[@]}"; do
+    s=$(owner_status "$c" "$@")
+    [[ ${s% *} == "$want" && ${s#* } -ge $min ]] || return 1
+  done
+}
+
+# table_version REPLICA: the table's version (the ETag of GET /api/v1/table).
+table_version() {
+  curl -sS --max-time 5 -o /dev/null -D - -H "Authorization: Bearer $token" \
+    "http://127.0.0.1:${admin_port[$1]}/api/v1/table" | tr -d '\r"' | awk 'tolower($1) == "etag:" {print $2}'
+}
+
+# load REPLICA: requests to every route through the replica's published proxy port,
+# in the background; failures are counted in $tmp/fail-REPLICA.
+load() {
+  local r=$1
+  : >"$tmp/fail-$r"
+  (
+    while :; do
+      for c in "${canaries[@]}"; do
+        code=$(curl -s -o /dev/null --max-time 5 -w '%{http_code}' -H "Host: $c.test" "http://127.0.0.1:${proxy_port[$r]}/" || echo 000)
+        [[ $code == 200 ]] || echo "$code" >>"$tmp/fail-$r"
+      done
+      sleep 0.02
+    done
+  ) &
+  load_pids+=($!)
+}
+
+# ---------------------------------------------------------------------------
+step "${STEPS[0]}"
+if [[ ${WEIR_SKIP_BUILD:-0} != 1 ]]; then
+  "$here/build.sh" "$image" >"$tmp/build.log" 2>&1 || { tail -20 "$tmp/build.log" >&2; fail "docker/build.sh failed"; }
+fi
+docker image inspect "$image" >/dev/null 2>&1 || fail "no image $image"
+etcd_bin=${ETCD_BIN:-$(command -v etcd || true)}
+[[ -x $etcd_bin ]] || fail "no etcd binary on the host (apt-get install etcd-server, or set ETCD_BIN)"
+mkdir -p "$tmp/etcd"
+cp "$etcd_bin" "$tmp/etcd/etcd"
+cat >"$tmp/etcd/Dockerfile" <<'EOF'
+FROM scratch
+COPY . /
+ENTRYPOINT ["/etcd"]
+EOF
+# The shared objects the binary needs (Debian's etcd links libc dynamically).
+for so in $(ldd "$etcd_bin" | awk '/=>/ {print $3} /^[ \t]*\/lib/ {print $1}'); do
+  mkdir -p "$tmp/etcd/$(dirname "$so")"
+  cp -L "$so" "$tmp/etcd/$so"
+done
+docker build -q -t "$etcd_image" "$tmp/etcd" >/dev/null || fail "cannot build the etcd image"
+info "weir image $image, etcd image $etcd_image ($("$etcd_bin" --version | head -1))"
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[1]}"
+# Docker publishes ports through the container's first network in name order: the
+# data network must sort first so that the published ports survive the partition.
+data="$prefix-a-data"
+ctrl="$prefix-b-ctrl"
+docker network create "$data" >/dev/null && networks+=("$data")
+docker network create "$ctrl" >/dev/null && networks+=("$ctrl")
+
+docker run -d --name "$prefix-etcd" --network "$ctrl" --network-alias etcd --tmpfs /data \
+  "$etcd_image" --name default --data-dir /data/etcd \
+  --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://etcd:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster default=http://127.0.0.1:2380 >/dev/null
+containers+=("$prefix-etcd")
+
+for v in v1 v2; do
+  docker run -d --name "$prefix-app-$v" --network "$data" --network-alias "app-$v" \
+    --health-cmd '["/usr/local/bin/weir","probe","http://127.0.0.1:9001/healthz"]' --health-interval 2s \
+    "$image" echo --listen 0.0.0.0:9001 --version "$v" >/dev/null
+  containers+=("$prefix-app-$v")
+done
+
+mkdir -m 0755 "$tmp/config"
+printf '%s\n' "$token" >"$tmp/config/token"
+for r in "${replicas[@]}"; do
+  {
+    printf 'listeners:\n  - name: http\n    address: 0.0.0.0:8080\n'
+    printf 'admin:\n  address: 0.0.0.0:9901\n  tokenFile: token\n'
+    printf 'cluster:\n  etcd: ["http://etcd:2379"]\n  prefix: /weir\n  replicas: 3\n  heartbeat: %ss\n  algorithm: round-robin\n  name: %s\n  apiUrl: http://%s:9901\n' "$heartbeat_s" "$r" "$r"
+    printf 'backends:\n  app-blue:\n    endpoints: ["app-v1:9001"]\n  app-green:\n    endpoints: ["app-v2:9001"]\n'
+    printf 'routes:\n'
+    for c in "${canaries[@]}"; do
+      printf '  - name: %s\n    hosts: ["%s.test"]\n    primary: app-blue\n    canary: app-green\n' "$c" "$c"
+    done
+    printf 'canaries:\n'
+    for c in "${canaries[@]}"; do
+      printf '  - name: %s\n    route: %s\n    analysis:\n      interval: 2s\n      threshold: 3\n      stepWeight: 10\n      maxWeight: 50\n' "$c" "$c"
+      printf '      metrics:\n        - name: request-success-rate\n          thresholdRange: { min: 99 }\n          interval: 5s\n          minRequests: 5\n'
+    done
+  } >"$tmp/config/$r.yaml"
+done
+chmod 0644 "$tmp/config"/*
+
+for r in "${replicas[@]}"; do
+  docker create --name "$prefix-$r" --network "$data" --network-alias "$r" \
+    -v "$tmp/config:/etc/weir:ro" -p 127.0.0.1::8080 -p 127.0.0.1::9901 \
+    "$image" serve -c "/etc/weir/$r.yaml" >/dev/null
+  containers+=("$prefix-$r")
+  docker network connect --alias "$r" "$ctrl" "$prefix-$r"
+  docker start "$prefix-$r" >/dev/null
+  admin_port[$r]=$(docker port "$prefix-$r" 9901/tcp | head -1 | sed 's/.*://')
+  proxy_port[$r]=$(docker port "$prefix-$r" 8080/tcp | head -1 | sed 's/.*://')
+  info "$r: proxy 127.0.0.1:${proxy_port[$r]}, admin 127.0.0.1:${admin_port[$r]}"
+done
+
+ready() { api "$1" GET /readyz; [[ $API_STATUS == 200 ]]; }
+for r in "${replicas[@]}"; do until_ok "$slack_s" "$r ready (lease granted)" ready "$r"; done
+until_ok "$((ttl_s + slack_s))" "every canary owned exactly once" each_once "${replicas[@]}"
+info "owners: $(owners "${replicas[@]}" | tr '\n' ' ')"
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[2]}"
+for r in "${replicas[@]}"; do load "$r"; done
+until_ok "$slack_s" "every canary initialised" all_phase Initialized 0 "${replicas[@]}"
+for c in "${canaries[@]}"; do
+  # Through w0 whatever the owner: a non-owner forwards the command.
+  api w0 POST "/api/v1/canaries/$c/start" '{"revision":"v2"}'
+  [[ $API_STATUS == 200 ]] || fail "start $c through w0: HTTP $API_STATUS $API_BODY"
+done
+until_ok 60 "every run progressing at weight ≥ 10" all_phase Progressing 10 "${replicas[@]}"
+for c in "${canaries[@]}"; do info "$c: $(owner_status "$c" "${replicas[@]}")"; done
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[3]}"
+victim="" most=-1
+for r in "${replicas[@]}"; do
+  n=$(cluster_doc "$r" | json 'len(d.get("owned", []))')
+  if ((n > most)); then most=$n victim=$r; fi
+done
+lost=$(cluster_doc "$victim" | json '" ".join(d.get("owned", []))')
+survivors=()
+for r in "${replicas[@]}"; do [[ $r == "$victim" ]] || survivors+=("$r"); done
+info "partitioning $victim (owns: $lost) from $ctrl"
+docker network disconnect "$ctrl" "$prefix-$victim"
+no_lease() { api "$victim" GET /readyz; [[ $API_STATUS == 503 && $API_BODY == *no-lease* ]]; }
+owns_nothing() { [[ $(cluster_doc "$victim" | json 'len(d.get("owned", []))') == 0 ]]; }
+until_ok "$slack_s" "$victim reports no lease" no_lease
+until_ok "$slack_s" "$victim drives nothing" owns_nothing
+version_cut=$(table_version "$victim")
+[[ -n $version_cut ]] || fail "no table version from $victim"
+until_ok "$((ttl_s + heartbeat_s + slack_s))" "the canaries of $victim re-owned by ${survivors[*]}" each_once "${survivors[@]}"
+info "owners now: $(owners "${survivors[@]}" | tr '\n' ' ')"
+code=$(curl -s -o /dev/null --max-time 5 -w '%{http_code}' -H 'Host: c0.test' "http://127.0.0.1:${proxy_port[$victim]}/")
+[[ $code == 200 ]] || fail "$victim stopped proxying (HTTP $code)"
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[4]}"
+until_ok 90 "every run promoted" all_phase Succeeded 0 "${survivors[@]}"
+for c in "${canaries[@]}"; do
+  for r in "${survivors[@]}"; do
+    api "$r" GET "/api/v1/routes/$c"
+    primary=$(echo "$API_BODY" | json 'd.get("route", d).get("primary")')
+    [[ $primary == app-green ]] || fail "$c on $r: primary $primary after promotion"
+  done
+done
+[[ $(table_version "$victim") == "$version_cut" ]] || fail "$victim's table changed while it was cut off"
+code=$(curl -s -o /dev/null --max-time 5 -w '%{http_code}' -H 'Host: c1.test' "http://127.0.0.1:${proxy_port[$victim]}/")
+[[ $code == 200 ]] || fail "$victim stopped proxying (HTTP $code)"
+info "$victim kept its table (version $version_cut) and kept proxying"
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[5]}"
+docker network connect --alias "$victim" "$ctrl" "$prefix-$victim"
+until_ok "$((ttl_s + slack_s))" "$victim ready again" ready "$victim"
+until_ok "$((ttl_s + slack_s))" "every canary owned exactly once by the three" each_once "${replicas[@]}"
+promoted_on_victim() {
+  local c
+  for c in "${canaries[@]}"; do
+    api "$victim" GET "/api/v1/routes/$c"
+    [[ $(echo "$API_BODY" | json 'd.get("route", d).get("primary")') == app-green ]] || return 1
+  done
+}
+until_ok "$slack_s" "the promoted routes re-asserted on $victim" promoted_on_victim
+info "owners: $(owners "${replicas[@]}" | tr '\n' ' ')"
+for r in "${replicas[@]}"; do
+  if [[ -s $tmp/fail-$r ]]; then
+    info "$r: $(wc -l <"$tmp/fail-$r") failed requests ($(sort "$tmp/fail-$r" | uniq -c | tr '\n' ' '))"
+    fail "requests through $r failed"
+  fi
+done
+ok
+
+# ---------------------------------------------------------------------------
+step "${STEPS[6]}"
+for p in "${load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+load_pids=()
+for c in "${containers[@]}"; do docker rm -f "$c" >/dev/null 2>&1 || true; done
+containers=()
+for n in "${networks[@]}"; do docker network rm "$n" >/dev/null 2>&1 || true; done
+networks=()
+ok
+printf '\ndocker-test-cluster: %d passed in %ss\n' "$passed" "$((SECONDS - script_start))"
