@@ -78,10 +78,10 @@ pub fn pin(
 ) -> Pin {
     let mut stale = None;
     for v in req.cookie_values(&cfg.cookie_name) {
-        if running && state.canary_value.as_deref() == Some(v) {
+        if running && state.canary_value.as_deref() == Some(&*v) {
             return Pin::Canary;
         }
-        stale.get_or_insert_with(|| v.to_string());
+        stale.get_or_insert_with(|| v.into_owned());
     }
     if running {
         if let (Some(name), Some(value)) = (&cfg.primary_cookie_name, &state.primary_value) {

@@ -19,27 +19,32 @@ pub mod tls;
 pub mod upgrade;
 pub mod upstream;
 
-use http::header::{HeaderMap, HeaderName, CONNECTION};
+use http::header::{HeaderMap, HeaderName, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 
-/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
-/// hyper strips them only on HTTP/2, so the proxy removes them both ways.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
-/// Whether `name` is a fixed hop-by-hop header.
+/// Whether `name` is a fixed hop-by-hop header: one that describes one
+/// connection, not the message (RFC 9110 §7.6.1). hyper strips them only on
+/// HTTP/2, so the proxy removes them both ways. Compared as `HeaderName`s
+/// (an enum compare for standard names), never as strings.
 pub fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    *name == CONNECTION
+        || *name == TE
+        || *name == TRAILER
+        || *name == TRANSFER_ENCODING
+        || *name == UPGRADE
+        || *name == KEEP_ALIVE
+        || *name == PROXY_CONNECTION
 }
 
 /// Removes the hop-by-hop headers and every header named in `Connection`.
+/// One pass over the names first: most messages carry none, and then
+/// nothing is hashed or removed.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if headers.contains_key(CONNECTION) {
         let listed: Vec<HeaderName> = headers
             .get_all(CONNECTION)
@@ -52,7 +57,15 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(n);
         }
     }
-    for n in HOP_BY_HOP {
+    for n in [
+        &CONNECTION,
+        &TE,
+        &TRAILER,
+        &TRANSFER_ENCODING,
+        &UPGRADE,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+    ] {
         headers.remove(n);
     }
 }
@@ -73,5 +86,21 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-keep"));
+        // Each fixed name alone is found by the first pass.
+        for n in [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(HeaderName::from_static(n), "x".parse().unwrap());
+            h.insert("x-keep", "1".parse().unwrap());
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 1, "{n} not stripped");
+        }
     }
 }

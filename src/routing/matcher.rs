@@ -32,10 +32,10 @@ impl StringMatcher {
 
     /// Tests a possibly repeated value: any value may satisfy it; with no
     /// value only `present: false` holds.
-    pub fn matches_any<'a>(&self, mut values: impl Iterator<Item = &'a str>) -> bool {
+    pub fn matches_any<S: AsRef<str>>(&self, mut values: impl Iterator<Item = S>) -> bool {
         match self {
             StringMatcher::Present(p) => values.next().is_some() == *p,
-            _ => values.any(|v| self.matches_value(v)),
+            _ => values.any(|v| self.matches_value(v.as_ref())),
         }
     }
 

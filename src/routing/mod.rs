@@ -18,12 +18,13 @@ pub use matcher::{any_matches, MatchRule, StringMatcher};
 pub use table::{normalize_host, HeaderEdits, HostPattern, MirrorPolicy, Route, RoutingTable};
 
 use http::{HeaderMap, Method};
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::net::IpAddr;
 
 /// What routing may look at in a request. Built once per request by the
-/// proxy; parsed parts (cookies, query) are computed lazily and only when a
-/// route's rules ask for them.
+/// proxy; parsed parts (cookies, query) are computed only when a route's
+/// rules ask for them.
 pub struct RequestView<'a> {
     /// Lower-cased host without port (from Host or the HTTP/2 authority).
     pub host: &'a str,
@@ -37,7 +38,6 @@ pub struct RequestView<'a> {
     pub headers: &'a HeaderMap,
     /// The client's address (the TCP peer).
     pub source_ip: IpAddr,
-    cookies: OnceCell<Vec<(String, String)>>,
     query_pairs: OnceCell<Vec<(String, String)>>,
 }
 
@@ -58,32 +58,34 @@ impl<'a> RequestView<'a> {
             method,
             headers,
             source_ip,
-            cookies: OnceCell::new(),
             query_pairs: OnceCell::new(),
         }
     }
 
-    /// Every cookie of every `Cookie` header, parsed with the `cookie` crate
-    /// (values percent-decoded). Malformed pairs are skipped, never fatal.
-    pub fn cookies(&self) -> &[(String, String)] {
-        self.cookies.get_or_init(|| {
-            let mut out = Vec::new();
-            for h in self.headers.get_all(http::header::COOKIE) {
-                let Ok(s) = h.to_str() else { continue };
-                for c in cookie::Cookie::split_parse_encoded(s).flatten() {
-                    out.push((c.name().to_string(), c.value().to_string()));
-                }
-            }
-            out
-        })
-    }
-
-    /// Values of the cookie `name` (a client may send it more than once).
-    pub fn cookie_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
-        self.cookies()
+    /// Values of the cookie `name`, from every `Cookie` header (HTTP/2
+    /// clients split them), parsed with the `cookie` crate. Parsing borrows
+    /// from the header, so the common case allocates nothing; a value is
+    /// percent-decoded (and only then copied) when it contains `%`.
+    /// Malformed pairs are skipped, never fatal. A client may send a name
+    /// more than once: every value is returned.
+    pub fn cookie_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = Cow<'s, str>> + 's {
+        self.headers
+            .get_all(http::header::COOKIE)
             .iter()
-            .filter(move |(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+            .filter_map(|h| h.to_str().ok())
+            .flat_map(cookie::Cookie::split_parse)
+            .filter_map(move |c| {
+                let c = c.ok()?;
+                if c.name_raw()? != name {
+                    return None;
+                }
+                let raw = c.value_raw()?;
+                if !raw.contains('%') {
+                    return Some(Cow::Borrowed(raw));
+                }
+                let decoded = cookie::Cookie::parse_encoded(format!("{name}={raw}")).ok()?;
+                Some(Cow::Owned(decoded.value().to_string()))
+            })
     }
 
     /// Whether cookie `name` is present with exactly `value`.
@@ -91,20 +93,24 @@ impl<'a> RequestView<'a> {
         self.cookie_values(name).any(|v| v == value)
     }
 
-    /// All `Cookie` headers joined with `"; "`, as one HTTP/1 header would be.
-    pub fn joined_cookie_header(&self) -> Option<String> {
+    /// All `Cookie` headers joined with `"; "`, as one HTTP/1 header would
+    /// be; borrowed when there is only one (the common case).
+    pub fn joined_cookie_header(&self) -> Option<Cow<'_, str>> {
         let mut parts = self
             .headers
             .get_all(http::header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok());
         let first = parts.next()?;
-        let mut s = first.to_string();
+        let Some(second) = parts.next() else {
+            return Some(Cow::Borrowed(first));
+        };
+        let mut s = format!("{first}; {second}");
         for p in parts {
             s.push_str("; ");
             s.push_str(p);
         }
-        Some(s)
+        Some(Cow::Owned(s))
     }
 
     /// Decoded query parameters, in order.
