@@ -253,6 +253,35 @@ pub fn new_affinity_value(rng: &mut impl Rng) -> String {
         .collect()
 }
 
+/// The cookie values after the weight moves from `old_weight` to
+/// `new_weight` (DESIGN §5): a run starts (0 → >0) with new canary and
+/// primary values and forgets the last run's; a step (a change between two
+/// non-zero weights) gets a new primary value; the run ends (>0 → 0)
+/// keeping its canary value as `previousCanaryValue`, expired on sight.
+/// The one rule shared by the table store and the rollout engine.
+pub fn advance_affinity_state(
+    state: &mut RawAffinityState,
+    old_weight: i64,
+    new_weight: i64,
+    rng: &mut impl Rng,
+) {
+    if old_weight == 0 && new_weight > 0 {
+        state.canary_value = Some(new_affinity_value(rng));
+        state.primary_value = Some(new_affinity_value(rng));
+        state.previous_canary_value = None;
+    } else if old_weight > 0 && new_weight > 0 && old_weight != new_weight {
+        state.primary_value = Some(new_affinity_value(rng));
+        if state.canary_value.is_none() {
+            state.canary_value = Some(new_affinity_value(rng));
+        }
+    } else if old_weight > 0 && new_weight == 0 {
+        if let Some(v) = state.canary_value.take() {
+            state.previous_canary_value = Some(v);
+        }
+        state.primary_value = None;
+    }
+}
+
 /// Fills in the cookie values of routes with session affinity when a write
 /// moves the weight and carries no values of its own (DESIGN §5):
 /// 0 → >0 starts a run (new canary and primary values, the last run's value
@@ -277,21 +306,7 @@ pub fn fill_affinity_values(old: &RawTable, new: &mut RawTable, rng: &mut impl R
         if *state != old_state {
             continue;
         }
-        if old_weight == 0 && new_weight > 0 {
-            state.canary_value = Some(new_affinity_value(rng));
-            state.primary_value = Some(new_affinity_value(rng));
-            state.previous_canary_value = None;
-        } else if old_weight > 0 && new_weight > 0 && old_weight != new_weight {
-            state.primary_value = Some(new_affinity_value(rng));
-            if state.canary_value.is_none() {
-                state.canary_value = Some(new_affinity_value(rng));
-            }
-        } else if old_weight > 0 && new_weight == 0 {
-            if let Some(v) = state.canary_value.take() {
-                state.previous_canary_value = Some(v);
-            }
-            state.primary_value = None;
-        }
+        advance_affinity_state(state, old_weight, new_weight, rng);
         if *state == RawAffinityState::default() {
             r.affinity_state = None;
         }

@@ -27,7 +27,7 @@ use super::spec::{
 };
 use crate::config::raw::{RawAffinity, RawAffinityState, RawMatch, RawMirror, RawRoute};
 use crate::config::{parse_duration, CanaryConfig};
-use crate::control::store::new_affinity_value;
+use crate::control::store::advance_affinity_state;
 
 /// Name of the built-in success-rate metric (percent of non-5xx answers).
 pub const SUCCESS_RATE: &str = "request-success-rate";
@@ -352,21 +352,7 @@ pub fn next_affinity_state(
     rng: &mut impl Rng,
 ) -> RawAffinityState {
     let mut s = prev.clone();
-    if old_weight == 0 && new_weight > 0 {
-        s.canary_value = Some(new_affinity_value(rng));
-        s.primary_value = Some(new_affinity_value(rng));
-        s.previous_canary_value = None;
-    } else if old_weight > 0 && new_weight > 0 && old_weight != new_weight {
-        s.primary_value = Some(new_affinity_value(rng));
-        if s.canary_value.is_none() {
-            s.canary_value = Some(new_affinity_value(rng));
-        }
-    } else if old_weight > 0 && new_weight == 0 {
-        if let Some(v) = s.canary_value.take() {
-            s.previous_canary_value = Some(v);
-        }
-        s.primary_value = None;
-    }
+    advance_affinity_state(&mut s, old_weight.into(), new_weight.into(), rng);
     s
 }
 
