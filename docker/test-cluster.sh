@@ -284,7 +284,10 @@ done
 chmod 0644 "$tmp/config"/*
 
 for r in "${replicas[@]}"; do
-  docker create --name "$prefix-$r" --network "$data" --network-alias "$r" \
+  # The name `r` (the apiUrl peers push routes to) is an alias on ctrl only: with it on
+  # data as well, peers would still reach a replica cut off from ctrl, and the partition
+  # would not be one.
+  docker create --name "$prefix-$r" --network "$data" \
     -v "$tmp/config:/etc/weir:ro" -p 127.0.0.1::8080 -p 127.0.0.1::9901 \
     "$image" serve -c "/etc/weir/$r.yaml" >/dev/null
   containers+=("$prefix-$r")
