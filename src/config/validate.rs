@@ -1168,7 +1168,7 @@ fn string_matcher(path: &str, m: &RawStringMatch, errs: &mut Errors) -> Option<S
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build()
     {
-        Ok(r) => Some(StringMatcher::Regex(r)),
+        Ok(r) => Some(StringMatcher::Regex(crate::routing::RegexMatcher::new(r))),
         Err(regex::Error::CompiledTooBig(limit)) => {
             errs.push(
                 rp,

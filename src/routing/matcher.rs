@@ -1,9 +1,9 @@
 //! A/B match rules (Flagger's `match` list) evaluated against a request view.
 
+use super::RegexMatcher;
 use super::RequestView;
 use http::HeaderName;
 use ipnet::IpNet;
-use regex::Regex;
 
 /// One string condition. Kinds are those of Istio/Flagger plus `present`.
 #[derive(Debug, Clone)]
@@ -13,7 +13,7 @@ pub enum StringMatcher {
     Suffix(String),
     /// `regex` crate (RE2 syntax), used as written: unanchored unless the
     /// pattern has `^`/`$`, so Flagger's cookie regexes keep their meaning.
-    Regex(Regex),
+    Regex(RegexMatcher),
     /// `true`: the value exists; `false`: it does not.
     Present(bool),
 }

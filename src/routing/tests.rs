@@ -469,3 +469,62 @@ fn mirror_only_for_primary_bound_requests_and_by_weight() {
     assert!(!d(60, 30).mirror, "mirror draw at 30 is outside");
     assert!(!d(10, 0).mirror, "canary-bound requests are never mirrored");
 }
+
+/// `cookie_values` skips the pieces that cannot hold the name; what it returns
+/// must still be exactly what `Cookie::split_parse` over every header gives.
+#[test]
+fn cookie_values_agree_with_split_parse() {
+    let pieces = [
+        "a=b",
+        " canary=always",
+        "canary=never ",
+        "canary",
+        "=canary",
+        "canary=",
+        "xcanary=1",
+        "canaryx=2",
+        "  ",
+        "",
+        "canary=a%20b",
+        "canary=%zz",
+        "c=canary",
+        "canary = spaced",
+        "\"canary\"=q",
+        "canary=\"quoted\"",
+        "beta=yes",
+    ];
+    let mut rng = SmallRng::seed_from_u64(0xc00c1e);
+    for _ in 0..5_000 {
+        let mut r = Req::new("/");
+        for _ in 0..1 + rng.next_u32() % 3 {
+            let n = rng.next_u32() % 5;
+            let h: Vec<&str> = (0..n)
+                .map(|_| pieces[rng.next_u32() as usize % pieces.len()])
+                .collect();
+            r = r.header("cookie", &h.join(";"));
+        }
+        for name in ["canary", "beta", "a"] {
+            let want: Vec<String> = r
+                .headers
+                .get_all(http::header::COOKIE)
+                .iter()
+                .filter_map(|h| h.to_str().ok())
+                .flat_map(cookie::Cookie::split_parse)
+                .filter_map(|c| c.ok())
+                .filter(|c| c.name_raw() == Some(name))
+                .filter_map(|c| {
+                    let raw = c.value_raw()?.to_string();
+                    if !raw.contains('%') {
+                        return Some(raw);
+                    }
+                    cookie::Cookie::parse_encoded(format!("{name}={raw}"))
+                        .ok()
+                        .map(|d| d.value().to_string())
+                })
+                .collect();
+            let view = r.view();
+            let got: Vec<String> = view.cookie_values(name).map(|v| v.into_owned()).collect();
+            assert_eq!(got, want, "{name} in {:?}", r.headers);
+        }
+    }
+}
