@@ -257,3 +257,113 @@ async fn requests_without_host_are_rejected() {
         "{text}"
     );
 }
+
+/// Reads one HTTP/1.1 response with a Content-Length body; returns (head, body).
+async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> (String, String) {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .expect("content-length");
+            while buf.len() < end + 4 + len {
+                let mut chunk = [0u8; 4096];
+                let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+                    .await
+                    .expect("body in time")
+                    .unwrap();
+                assert!(n > 0, "closed mid-body");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
+            buf.drain(..end + 4 + len);
+            return (head, body);
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("response in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before a response: {:?}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// An idle keep-alive connection gives its buffers back (the hyper patch of
+/// issue 8); everything a connection does between and across idle periods must
+/// work as before: a head arriving in pieces, a body arriving in pieces, an idle
+/// pause, pipelined requests, a big head after small ones.
+#[tokio::test]
+async fn keep_alive_survives_idle_pauses_split_heads_split_bodies_and_pipelining() {
+    let blue = echo("v1").await;
+    let app = proxy(&format!(
+        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
+        blue.addr
+    ))
+    .await;
+    let mut s = tokio::net::TcpStream::connect(app.proxy_addr())
+        .await
+        .unwrap();
+    s.set_nodelay(true).unwrap();
+    let pause = || tokio::time::sleep(Duration::from_millis(60));
+    let mut buf = Vec::new();
+
+    // 1. A head in three pieces: the read buffer holds a partial head while
+    //    the connection waits.
+    for piece in [
+        &b"GET /echo?n=1 HT"[..],
+        b"TP/1.1\r\nHost: a.test\r\nX-Piece",
+        b": 3\r\n\r\n",
+    ] {
+        s.write_all(piece).await.unwrap();
+        pause().await;
+    }
+    let (head, body) = read_response(&mut s, &mut buf).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"n=1\""), "{body}");
+
+    // 2. Idle, then a body in two pieces.
+    pause().await;
+    s.write_all(b"POST /echo?n=2 HTTP/1.1\r\nHost: a.test\r\nContent-Length: 10\r\n\r\n01234")
+        .await
+        .unwrap();
+    pause().await;
+    s.write_all(b"56789").await.unwrap();
+    let (head, body) = read_response(&mut s, &mut buf).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains("\"bodyBytes\":10"), "{body}");
+
+    // 3. Idle, then two pipelined requests in one write: answered in order.
+    pause().await;
+    s.write_all(
+        b"GET /echo?n=3 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /echo?n=4 HTTP/1.1\r\nHost: a.test\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    for n in ["n=3", "n=4"] {
+        let (head, body) = read_response(&mut s, &mut buf).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains(&format!("\"{n}\"")), "{n}: {body}");
+    }
+
+    // 4. Idle, then a head bigger than the first read buffer would have been.
+    pause().await;
+    let big = "x".repeat(12_000);
+    s.write_all(
+        format!("GET /echo?n=5 HTTP/1.1\r\nHost: a.test\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (head, body) = read_response(&mut s, &mut buf).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(body.contains(&big), "the big header reached the backend");
+}

@@ -90,15 +90,29 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(connection(
-            stream,
+        let conn = Conn {
             peer,
-            shared.clone(),
-            builder.clone(),
-            tls.clone(),
-            graceful.watcher(),
-            permit,
-        ));
+            guard: Arc::new(ConnGuard::default()),
+            shared: shared.clone(),
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            _permit: permit,
+        };
+        // Each kind spawned as its own task, not awaited inside a common async
+        // fn: an awaited future is laid out twice in its caller's state, and a
+        // plain connection must not carry the TLS one's size (issue 8: memory
+        // per idle connection).
+        match &tls {
+            None => {
+                let s = &shared.settings;
+                let tracker = Tracker::new(s.max_header_bytes, s.max_headers);
+                let io = Sniffed::new(stream, tracker, conn.guard.clone());
+                tokio::spawn(run(io, false, conn));
+            }
+            Some(t) => {
+                tokio::spawn(tls_connection(stream, t.clone(), conn));
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(drain, graceful.shutdown())
@@ -112,63 +126,66 @@ pub async fn serve(
     }
 }
 
-/// One accepted connection: TLS (if any), then HTTP.
-async fn connection(
-    stream: TcpStream,
+/// What every connection task holds besides its stream.
+struct Conn {
     peer: SocketAddr,
-    shared: Arc<ProxyShared>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    tls: Option<Arc<Terminator>>,
-    watcher: Watcher,
-    _permit: OwnedSemaphorePermit,
-) {
-    let s = &shared.settings;
-    let guard = Arc::new(ConnGuard::default());
-    let tracker = || Tracker::new(s.max_header_bytes, s.max_headers);
-    match tls {
-        None => {
-            let io = Sniffed::new(stream, tracker(), guard.clone());
-            run(io, peer, false, guard, shared.clone(), &builder, watcher).await
-        }
-        Some(t) => {
-            let hs = tokio::time::timeout(s.header_read_timeout, t.acceptor.accept(stream)).await;
-            let stream = match hs {
-                Ok(Ok(st)) => st,
-                Ok(Err(e)) => {
-                    tracing::debug!(target: "weir::tls", %peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(target: "weir::tls", %peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-            let tracker = if h2 { Tracker::off() } else { tracker() };
-            let io = Sniffed::new(stream, tracker, guard.clone());
-            run(io, peer, true, guard, shared.clone(), &builder, watcher).await
-        }
-    }
-}
-
-async fn run<IO>(
-    io: IO,
-    peer: SocketAddr,
-    tls: bool,
     guard: Arc<ConnGuard>,
     shared: Arc<ProxyShared>,
-    builder: &auto::Builder<TokioExecutor>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
     watcher: Watcher,
-) where
+    /// The `max_connections` slot, released when the task ends.
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A TLS connection: the handshake, then HTTP.
+async fn tls_connection(stream: TcpStream, t: Arc<Terminator>, conn: Conn) {
+    let s = &conn.shared.settings;
+    let peer = conn.peer;
+    let hs = tokio::time::timeout(s.header_read_timeout, t.acceptor.accept(stream)).await;
+    let stream = match hs {
+        Ok(Ok(st)) => st,
+        Ok(Err(e)) => {
+            tracing::debug!(target: "weir::tls", %peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(target: "weir::tls", %peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+    let tracker = if h2 {
+        Tracker::off()
+    } else {
+        Tracker::new(s.max_header_bytes, s.max_headers)
+    };
+    let io = Sniffed::new(stream, tracker, conn.guard.clone());
+    // Boxed: awaited inline, the HTTP future would be laid out twice.
+    Box::pin(run(io, true, conn)).await
+}
+
+async fn run<IO>(io: IO, tls: bool, c: Conn)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Conn {
+        peer,
+        guard,
+        shared,
+        builder,
+        watcher,
+        _permit,
+    } = c;
     let first_request_within = shared.settings.header_read_timeout;
     let info = ConnInfo {
         peer,
         tls,
         guard: Some(guard.clone()),
     };
-    let svc = service_fn(move |req| handle(shared.clone(), info.clone(), req));
+    // Boxed per request: hyper keeps the allocation holding the service future
+    // for the whole life of the connection, so an unboxed future (1.6 KB) would
+    // be paid by every idle keep-alive connection.
+    let svc = service_fn(move |req| Box::pin(handle(shared.clone(), info.clone(), req)));
     let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(io), svc)
         .into_owned();
