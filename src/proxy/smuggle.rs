@@ -146,6 +146,13 @@ impl Tracker {
             match self.phase {
                 Phase::Off => return,
                 Phase::Head => {
+                    if self.head.is_empty() {
+                        if let Some(end) = self.plain_head(data) {
+                            self.heads += 1;
+                            data = &data[end..];
+                            continue;
+                        }
+                    }
                     self.head.extend_from_slice(data);
                     data = &[];
                     let rest = self.try_head();
@@ -219,6 +226,42 @@ impl Tracker {
                 }
             }
         }
+    }
+
+    /// The common request, seen without copying or parsing it: a whole head at
+    /// the start of `data` that names neither framing header, so no body follows
+    /// and there is nothing to smuggle. Returns its length. Anything else (a
+    /// head split over reads, one with Content-Length or Transfer-Encoding,
+    /// leading empty lines, an oversized one, not HTTP/1) goes through
+    /// [`Tracker::analyze`].
+    fn plain_head(&self, data: &[u8]) -> Option<usize> {
+        if matches!(data.first(), None | Some(b'\r' | b'\n')) {
+            return None;
+        }
+        let end = memchr::memchr_iter(b'\n', data).find_map(|i| match data.get(i + 1..i + 3) {
+            Some([b'\n', _]) => Some(i + 2),
+            Some([b'\r', b'\n']) => Some(i + 3),
+            None if data.get(i + 1) == Some(&b'\n') => Some(i + 2),
+            _ => None,
+        })?;
+        let head = &data[..end];
+        // An HTTP/1 request line; anything else (the HTTP/2 preface) is for
+        // `analyze` to give up on.
+        let line_end = memchr::memchr(b'\n', head)?;
+        let line = head[..line_end]
+            .strip_suffix(b"\r")
+            .unwrap_or(&head[..line_end]);
+        let http1 = line.ends_with(b" HTTP/1.1") || line.ends_with(b" HTTP/1.0");
+        // A header line starts right after a newline (no space may precede the
+        // name, or hyper refuses the head); any line that merely starts with a
+        // framing header's name takes the full path.
+        let framed = memchr::memchr_iter(b'\n', head).any(|i| {
+            let l = &head[i + 1..];
+            let starts =
+                |name: &[u8]| l.len() >= name.len() && l[..name.len()].eq_ignore_ascii_case(name);
+            starts(b"content-length") || starts(b"transfer-encoding")
+        });
+        (http1 && !framed && end <= self.max_head).then_some(end)
     }
 
     fn end_size_line(&mut self, size: u64) {
@@ -482,6 +525,20 @@ GET /z HTTP/1.1\r\nHost: a\r\n\r\n";
             assert_eq!(heads, 2);
             assert!(!on);
         }
+    }
+
+    /// Heads without framing headers take a path that neither copies nor
+    /// parses them; it must agree with the full one (`run` feeds whole and
+    /// split input, and split heads always take the full path).
+    #[test]
+    fn plain_heads_and_framed_heads_mix_in_any_split() {
+        let input = b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n\
+GET /b HTTP/1.0\nHost: a\n\n\
+POST /c HTTP/1.1\r\nHost: a\r\nCONTENT-LENGTH: 3\r\n\r\nxyz\
+GET /d HTTP/1.1\r\nX-Note: no content-length here\r\n\r\n\
+POST /e HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n0\r\n\r\n\
+GET /f HTTP/1.1\r\n\r\n";
+        assert_eq!(run(input), (Some(4), 5, false));
     }
 
     #[test]
