@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# Instructions per request of one system under test, user space only,
-# counted by valgrind's callgrind (exact and repeatable on a noisy machine,
-# unlike wall-clock profiles), with the same configs as compare.sh.
+# Where one system under test's CPU per request goes, with the same configs
+# and headers as compare.sh; the SUT on core 1, load and backends on core 0.
 #
-#   benches/profile.sh [weir-on|weir-off|nginx] [REQUESTS]   (default weir-on 20000)
+#   benches/profile.sh [weir-on|weir-off|nginx] [REQUESTS]         (default weir-on 20000)
+#   benches/profile.sh --cpu [weir-on|weir-off|nginx] [REQUESTS]   (default 100000)
 #
-# Prints Ir/request and the top functions (inclusive); the raw profile stays
-# in the printed directory for `callgrind_annotate --inclusive=yes FILE` or
-# `--tree=caller`. The kernel (TCP, syscalls) is not counted: on loopback
-# it is about 60 % of weir's CPU time (see README). Binds 127.0.0.1 only;
-# stops what it starts.
+# Default: user-space instructions per request counted by valgrind's callgrind
+# (exact and repeatable on a noisy machine, unlike wall-clock profiles); prints
+# Ir/request and the top functions (inclusive); the raw profile stays in the
+# printed directory for `callgrind_annotate --inclusive=yes FILE` or
+# `--tree=caller`. The kernel (TCP, syscalls) is not counted there.
+#
+# --cpu: user vs kernel µs per request (utime/stime from /proc over REQUESTS)
+# and the syscalls per request (strace -c over a separate 20,000-request run,
+# whose CPU is not counted: tracing slows the SUT).
+#
+# Binds 127.0.0.1 only; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=callgrind
+if [ "${1:-}" = "--cpu" ]; then mode=cpu; shift; fi
 target="${1:-weir-on}"
-n="${2:-20000}"
+if [ "$mode" = cpu ]; then n="${2:-100000}"; else n="${2:-20000}"; fi
 case "$target" in weir-on|weir-off|nginx) ;; *) echo "unknown target $target" >&2; exit 2 ;; esac
 
-for t in valgrind h2load curl taskset; do
-    command -v "$t" >/dev/null || { echo "$t missing (apt-get install valgrind nghttp2-client curl util-linux)" >&2; exit 1; }
+if [ "$mode" = cpu ]; then tools=(strace h2load curl taskset); else tools=(valgrind h2load curl taskset); fi
+for t in "${tools[@]}"; do
+    command -v "$t" >/dev/null || { echo "$t missing (apt-get install $t; h2load is in nghttp2-client, taskset in util-linux)" >&2; exit 1; }
 done
 cargo build --release --bin weir
 weir="$PWD/target/release/weir"
@@ -38,8 +47,12 @@ else
     port=18090
     cmd=("$weir" serve -c "$dir/$target.yaml" --workers 1)
 fi
-taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "${cmd[@]}" \
-    >"$dir/sut.log" 2>&1 & sut=$!
+if [ "$mode" = cpu ]; then
+    taskset -c 1 "${cmd[@]}" >"$dir/sut.log" 2>&1 & sut=$!
+else
+    taskset -c 1 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "${cmd[@]}" \
+        >"$dir/sut.log" 2>&1 & sut=$!
+fi
 pids+=("$sut")
 for _ in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.5; done
 
@@ -48,6 +61,23 @@ load() {
         -H "cookie: session=3b1f0c9e77aa; theme=dark; _ga=GA1.2.1234567.890" \
         -H "user-agent: weir-bench/1 (like Mozilla/5.0)" "http://127.0.0.1:$port/" | grep -E "^requests"
 }
+if [ "$mode" = cpu ]; then
+    ticks() { awk '{print $14, $15}' "/proc/$sut/stat"; }
+    load 2000 >/dev/null
+    read -r u0 s0 < <(ticks)
+    load "$n"
+    read -r u1 s1 < <(ticks)
+    awk -v t="$target" -v n="$n" -v hz="$(getconf CLK_TCK)" -v u=$((u1 - u0)) -v s=$((s1 - s0)) 'BEGIN {
+        us = u / hz * 1e6 / n; ks = s / hz * 1e6 / n
+        printf "== %s: %.2f µs/request user + %.2f kernel = %.2f (kernel %.0f %%)\n", t, us, ks, us + ks, 100 * ks / (us + ks) }'
+    strace -c -f -p "$sut" -o "$dir/strace.txt" & st=$!
+    sleep 1
+    load 20000 >/dev/null
+    kill -INT "$st"; wait "$st" 2>/dev/null || true
+    echo "syscalls per request (strace -c, 20,000 requests; rarer ones left out):"
+    awk 'NR > 2 && $4 ~ /^[0-9]+$/ && $4 >= 200 { printf "  %-14s %.2f\n", $NF, $4 / 20000 }' "$dir/strace.txt"
+    exit 0
+fi
 callgrind_control -i on "$sut" >/dev/null 2>&1
 load 2000                              # warm-up: pools, caches, lazy init
 callgrind_control -z "$sut" >/dev/null 2>&1

@@ -168,10 +168,7 @@ async fn raw_backend(response: &'static str) -> std::net::SocketAddr {
 #[tokio::test]
 async fn hop_by_hop_headers_from_the_backend_are_stripped() {
     let up = raw_backend("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive, X-Internal\r\nX-Internal: secret\r\nKeep-Alive: timeout=5\r\nX-Public: yes\r\n\r\nok").await;
-    let app = proxy(&format!(
-        "backends:\n  b: {{ endpoints: [\"{up}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n"
-    ))
-    .await;
+    let app = proxy(&one_route_config(up)).await;
     let r = get_once(&client(), app.proxy_addr(), "/", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), "ok");
@@ -240,11 +237,7 @@ async fn failed_requests_count_against_their_side() {
 #[tokio::test]
 async fn requests_without_host_are_rejected() {
     let blue = echo("v1").await;
-    let app = proxy(&format!(
-        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
-        blue.addr
-    ))
-    .await;
+    let app = proxy(&one_route_config(blue.addr)).await;
     let mut s = tokio::net::TcpStream::connect(app.proxy_addr())
         .await
         .unwrap();
@@ -305,11 +298,7 @@ async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> (Str
 #[tokio::test]
 async fn keep_alive_survives_idle_pauses_split_heads_split_bodies_and_pipelining() {
     let blue = echo("v1").await;
-    let app = proxy(&format!(
-        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
-        blue.addr
-    ))
-    .await;
+    let app = proxy(&one_route_config(blue.addr)).await;
     let mut s = tokio::net::TcpStream::connect(app.proxy_addr())
         .await
         .unwrap();

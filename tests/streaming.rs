@@ -27,11 +27,7 @@ fn peak_rss_kib() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_mib_up_and_down_stream_without_buffering() {
     let blue = echo("v1").await;
-    let app = proxy(&format!(
-        "backends:\n  b: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n",
-        blue.addr
-    ))
-    .await;
+    let app = proxy(&one_route_config(blue.addr)).await;
     // Warm up: connections, buffers, lazy statics.
     let c = client();
     get_once(&c, app.proxy_addr(), "/bytes?n=1000", &[]).await;

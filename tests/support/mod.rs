@@ -148,6 +148,13 @@ where
     }
 }
 
+/// One backend `b` at `addr` and one catch-all route `r` to it.
+pub fn one_route_config(addr: impl std::fmt::Display) -> String {
+    format!(
+        "backends:\n  b: {{ endpoints: [\"{addr}\"] }}\nroutes:\n  - {{ name: r, primary: b }}\n"
+    )
+}
+
 /// Two backends `app-blue` (v1) and `app-green` (v2) and a route `app`
 /// with the given extra route fields (YAML, indented 4 spaces).
 pub fn two_slot_config(blue: SocketAddr, green: SocketAddr, route_extra: &str) -> String {
