@@ -356,7 +356,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            rt.block_on(serve(cfg))
+            rt.block_on(serve(cfg, config))
         }
         Command::Probe { url, timeout } => match crate::probe::status(&url, timeout) {
             Ok(code @ 200..=299) => {
@@ -413,7 +413,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn serve(cfg: config::Config) -> ExitCode {
+async fn serve(cfg: config::Config, path: std::path::PathBuf) -> ExitCode {
+    // What the file held at start, for SIGHUP reloads to compare with.
+    let started = match crate::reload::Started::read(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Before anything listens: a SIGHUP that arrives while starting must find
+    // the handler, or its default action would end the process.
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    #[cfg(not(unix))]
+    let hup = ();
     let app = match crate::app::start(cfg).await {
         Ok(a) => a,
         Err(e) => {
@@ -421,13 +435,70 @@ async fn serve(cfg: config::Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    wait_for_signal().await;
+    reload_until_signal(hup, &path, &started, &app).await;
     tracing::info!("shutting down: draining in-flight requests (a second signal exits at once)");
     tokio::select! {
         _ = app.shutdown() => {}
         _ = wait_for_signal() => tracing::warn!("second signal: exiting now"),
     }
     ExitCode::SUCCESS
+}
+
+/// Reloads the config file on every SIGHUP until SIGTERM or SIGINT.
+async fn reload_until_signal(
+    #[cfg(unix)] hup: std::io::Result<tokio::signal::unix::Signal>,
+    #[cfg(not(unix))] hup: (),
+    path: &std::path::Path,
+    started: &crate::reload::Started,
+    app: &crate::app::RunningApp,
+) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = hup else {
+            tracing::warn!("cannot listen for SIGHUP: config reload is off");
+            return wait_for_signal().await;
+        };
+        let stop = wait_for_signal();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = hup.recv() => match crate::reload::reload(path, started, &app.store) {
+                    Ok(r) => {
+                        tracing::info!(
+                            target: "weir::reload",
+                            file = %path.display(),
+                            version = r.version,
+                            "config reloaded: routing table applied"
+                        );
+                        for name in &r.kept {
+                            tracing::warn!(
+                                target: "weir::reload",
+                                route = %name,
+                                "route is driven by a canary: kept its running definition; the file's applies at the next start"
+                            );
+                        }
+                        if !r.needs_restart.is_empty() {
+                            tracing::warn!(
+                                target: "weir::reload",
+                                sections = %r.needs_restart.join(", "),
+                                "changed in the file but applied only at a restart"
+                            );
+                        }
+                    }
+                    Err(e) => tracing::error!(
+                        target: "weir::reload",
+                        "config reload refused, nothing changed:\n{e}"
+                    ),
+                },
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (hup, path, started, app);
+        wait_for_signal().await
+    }
 }
 
 async fn wait_for_signal() {

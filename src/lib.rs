@@ -11,6 +11,7 @@
 //! - [`mirror`]: bounded shadow traffic to the canary.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
 //! - [`metrics`]: the per-app Prometheus registry (`/metrics`), handles pre-registered per route.
+//! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the table store (one `ArcSwap`), the admin API, auth and the event bus.
 //! - [`ctl`]: `weir ctl`, the command-line client of the admin API.
 //! - [`endpoints`]: health checks, outlier ejection, readiness-gated rolling updates (pure steps + driver).
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod mirror;
 pub mod probe;
 pub mod proxy;
+pub mod reload;
 pub mod rollout;
 pub mod routing;
 pub mod stats;

@@ -7,11 +7,8 @@ mod proto_support;
 use bytes::Bytes;
 use http_body_util::Full;
 use proto_support::*;
-use std::io::BufRead;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use weir::echo::{EchoHandle, EchoOptions};
@@ -29,130 +26,23 @@ async fn slow_echo(latency: Duration) -> EchoHandle {
     .unwrap()
 }
 
-/// A running `weir serve` and its log lines.
-struct Weir {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    _dir: TempDir,
-}
-
-impl Weir {
-    /// Starts the binary on a config with one route to `backend`; returns
-    /// it with the proxy listener's address (read from its log).
-    fn start(backend: SocketAddr, drain: &str) -> (Weir, SocketAddr) {
-        let dir = TempDir::new("drain");
-        let cfg = dir.write(
-            "weir.yaml",
-            &format!(
-                "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n{}proxy:\n  drainTimeout: {drain}\n",
-                one_route(backend, "", "")
-            ),
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["serve", "-c"])
-            .arg(&cfg)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run weir");
-        let (tx, lines) = mpsc::channel();
-        for out in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                    let _ = tx.send(strip_ansi(&line));
-                }
-            });
-        }
-        let mut w = Weir {
-            child,
-            lines,
-            _dir: dir,
-        };
-        let line = w
-            .wait_line("proxy listening", Duration::from_secs(60))
-            .expect("weir did not start");
-        let addr = line
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("addr="))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no addr in {line:?}"));
-        (w, addr)
-    }
-
-    fn wait_line(&mut self, needle: &str, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(needle) => return Some(l),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill {sig} failed");
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// Waits for the exit, up to `within`.
-    fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-}
-
-impl Drop for Weir {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+/// Starts the binary on a config with one route to `backend`; returns it
+/// with the proxy listener's address.
+fn start_weir(backend: SocketAddr, drain: &str) -> (Weir, SocketAddr) {
+    let yaml = format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n{}proxy:\n  drainTimeout: {drain}\n",
+        one_route(backend, "", "")
+    );
+    let w = Weir::start(&yaml);
+    let addr = w.proxy_addr;
+    (w, addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_50_in_flight_requests_refuses_new_connections_and_exits_0() {
     let backend = slow_echo(Duration::from_secs(1)).await;
     let drain = Duration::from_secs(20);
-    let (mut weir, addr) = Weir::start(backend.addr, "20s");
+    let (mut weir, addr) = start_weir(backend.addr, "20s");
 
     // 50 slow requests: 40 on HTTP/1.1 connections of their own, 10 as
     // streams of one h2c connection.
@@ -235,7 +125,7 @@ async fn sigterm_finishes_50_in_flight_requests_refuses_new_connections_and_exit
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_signal_exits_at_once() {
     let backend = slow_echo(Duration::from_secs(60)).await;
-    let (mut weir, addr) = Weir::start(backend.addr, "60s");
+    let (mut weir, addr) = start_weir(backend.addr, "60s");
     let call = tokio::spawn(async move {
         let stream = TcpStream::connect(addr).await.unwrap();
         let mut s = h1::<_, Full<Bytes>>(stream).await;

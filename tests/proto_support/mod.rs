@@ -1,17 +1,21 @@
 //! Fixtures for the protocol and hardening tests (TLS, HTTP/2, gRPC,
 //! WebSocket, limits, smuggling, drain): certificates made with rcgen, a
 //! proxy started from YAML with every listener on 127.0.0.1:0, TLS and
-//! HTTP/2 clients over a single connection, and raw-socket helpers.
+//! HTTP/2 clients over a single connection, raw-socket helpers, and the real
+//! `weir serve` binary as a child process ([`Weir`]).
 #![allow(dead_code)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, ServerName};
+use std::io::BufRead;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::app::RunningApp;
@@ -318,4 +322,141 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A running `weir serve` and its log lines.
+pub struct Weir {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    /// The config file it runs on.
+    pub config: PathBuf,
+    /// The first proxy listener's address (from its log).
+    pub proxy_addr: SocketAddr,
+    /// The admin listener's address (from its log).
+    pub admin_addr: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Weir {
+    /// Starts `weir serve` on `yaml` (written to `weir.yaml` in a temporary
+    /// directory, listeners on port 0) and waits until the proxy listens.
+    pub fn start(yaml: &str) -> Weir {
+        let dir = TempDir::new("weir");
+        let cfg = dir.write("weir.yaml", yaml);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["serve", "-c"])
+            .arg(&cfg)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run weir");
+        let (tx, lines) = mpsc::channel();
+        for out in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = tx.send(strip_ansi(&line));
+                }
+            });
+        }
+        let lines_rx = lines;
+        let wait = |needle: &str| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let left = deadline
+                    .checked_duration_since(Instant::now())
+                    .unwrap_or_else(|| panic!("weir did not log {needle:?}"));
+                match lines_rx.recv_timeout(left) {
+                    Ok(l) if l.contains(needle) => return l,
+                    Ok(_) => {}
+                    Err(e) => panic!("weir did not log {needle:?}: {e}"),
+                }
+            }
+        };
+        let addr_in = |line: &str, key: &str| -> SocketAddr {
+            line.split_whitespace()
+                .find_map(|f| f.strip_prefix(key))
+                .and_then(|a| a.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+        };
+        let proxy_addr = addr_in(&wait("proxy listening"), "addr=");
+        let admin_addr = addr_in(&wait("admin API listening"), "admin_addr=");
+        Weir {
+            child,
+            lines: lines_rx,
+            config: cfg,
+            proxy_addr,
+            admin_addr,
+            _dir: dir,
+        }
+    }
+
+    /// The next log line containing `needle`, within `within`.
+    pub fn wait_line(&mut self, needle: &str, within: Duration) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(needle) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Sends a signal (`-TERM`, `-HUP`, ...) with kill(1).
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits for the exit, up to `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

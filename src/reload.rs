@@ -1,0 +1,112 @@
+//! `weir serve` re-reads its config file on SIGHUP, as `nginx -s reload` does.
+//!
+//! What it applies: the routing table (`backends` and `routes`), through the table
+//! store, exactly as `PUT /api/v1/table` does: validated as a whole, swapped
+//! atomically under a new version; endpoint-list changes then run as rolling updates.
+//! The file is the truth for the table: a route added over the API and not in the
+//! file is gone after a reload.
+//!
+//! What it must never do: apply an invalid file (the running state stays and the
+//! errors are returned with their positions); change a route a canary drives (the
+//! engine owns its weights, match, mirror, affinity state and, after a swap, its
+//! slots: that route keeps its running definition, and the file's applies at the next
+//! start); apply listeners, admin, proxy, canaries, rollout or cluster changes (they
+//! are named as needing a restart).
+
+use crate::config::raw::RawConfig;
+use crate::config::{self, ConfigErrors};
+use crate::control::store::{TableStore, WriteError};
+use std::path::Path;
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// The table version now serving.
+    pub version: u64,
+    /// Canary-driven routes whose file definition differs from the running one
+    /// and was therefore not applied.
+    pub kept: Vec<String>,
+    /// Top-level sections that changed in the file but apply only at a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+/// The parts of a config file that a reload compares with what is running.
+#[derive(Debug, Clone)]
+pub struct Started {
+    raw: RawConfig,
+    /// Routes named by a canary (`canaries[].route`) when the process started.
+    driven: Vec<String>,
+}
+
+impl Started {
+    /// Reads what `path` held when the process started (after it validated).
+    pub fn read(path: &Path) -> Result<Started, String> {
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read file: {e}", path.display()))?;
+        let raw: RawConfig =
+            serde_saphyr::from_str(&src).map_err(|e| format!("{}: {e}", path.display()))?;
+        let driven = raw.canaries.iter().map(|c| c.route.clone()).collect();
+        Ok(Started { raw, driven })
+    }
+}
+
+/// Re-reads `path` and applies its table to `store`. On `Err` nothing changed.
+pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Reloaded, String> {
+    let label = path.display().to_string();
+    let src =
+        std::fs::read_to_string(path).map_err(|e| format!("{label}: cannot read file: {e}"))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    // The whole file must validate, not only the table: a reload that would not
+    // also start is refused.
+    let cfg = config::parse_yaml(&src, &label, base).map_err(|e| e.to_string())?;
+    let raw: RawConfig = serde_saphyr::from_str(&src).map_err(|e| format!("{label}: {e}"))?;
+
+    let was = &started.raw;
+    let needs_restart: Vec<&'static str> = [
+        ("listeners", was.listeners != raw.listeners),
+        ("admin", was.admin != raw.admin),
+        ("proxy", was.proxy != raw.proxy),
+        ("canaries", was.canaries != raw.canaries),
+        ("rollout", was.rollout != raw.rollout),
+        ("cluster", was.cluster != raw.cluster),
+    ]
+    .into_iter()
+    .filter_map(|(name, changed)| changed.then_some(name))
+    .collect();
+
+    let running = store.load();
+    let mut table = cfg.table.raw;
+    let mut kept = Vec::new();
+    for name in &started.driven {
+        let Some(live) = running.spec.raw.routes.iter().find(|r| &r.name == name) else {
+            continue;
+        };
+        match table.routes.iter_mut().find(|r| &r.name == name) {
+            Some(r) if r == live => {}
+            Some(r) => {
+                *r = live.clone();
+                kept.push(name.clone());
+            }
+            None => {
+                table.routes.push(live.clone());
+                kept.push(name.clone());
+            }
+        }
+    }
+    match store.replace(table, None, "reload") {
+        Ok(snap) => Ok(Reloaded {
+            version: snap.version,
+            kept,
+            needs_restart,
+        }),
+        Err(WriteError::Invalid(errors)) => Err(ConfigErrors {
+            file: label,
+            errors,
+        }
+        .to_string()),
+        Err(WriteError::Conflict { current }) => Err(format!(
+            "{label}: the table changed during the reload (version {current})"
+        )),
+        Err(WriteError::NotFound(what)) => Err(format!("{label}: {what} not found")),
+    }
+}
