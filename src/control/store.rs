@@ -63,7 +63,7 @@ pub enum WriteError {
 pub struct TableChanged {
     pub old_version: u64,
     pub new_version: u64,
-    /// Who made the change (`config`, `api`, `engine:<canary>`).
+    /// Who made the change (`config`, `api`, `reload`, `engine:<canary>`).
     pub actor: String,
     /// Short description for the audit log.
     pub what: String,
