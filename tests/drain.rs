@@ -11,19 +11,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use weir::echo::{EchoHandle, EchoOptions};
+use weir::echo::EchoHandle;
 
 async fn slow_echo(latency: Duration) -> EchoHandle {
-    weir::echo::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        EchoOptions {
-            version: "v1".into(),
-            error_rate: 0.0,
-            latency,
-        },
-    )
-    .await
-    .unwrap()
+    echo_backend("v1", latency).await
 }
 
 /// Starts the binary on a config with one route to `backend`; returns it

@@ -15,22 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::{self, Message};
-use weir::echo::EchoOptions;
 use weir::stats::Role;
 
 type Body = BoxBody<Bytes, Infallible>;
 
 async fn echo(version: &str) -> weir::echo::EchoHandle {
-    weir::echo::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        EchoOptions {
-            version: version.into(),
-            error_rate: 0.0,
-            latency: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap()
+    echo_backend(version, Duration::ZERO).await
 }
 
 #[tokio::test]

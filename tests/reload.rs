@@ -11,19 +11,10 @@ use proto_support::*;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
-use weir::echo::{EchoHandle, EchoOptions};
+use weir::echo::EchoHandle;
 
 async fn backend(version: &str) -> EchoHandle {
-    weir::echo::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        EchoOptions {
-            version: version.into(),
-            error_rate: 0.0,
-            latency: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap()
+    echo_backend(version, Duration::ZERO).await
 }
 
 /// The version of the backend that answered `host`, or the status if not 200.

@@ -20,6 +20,21 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::app::RunningApp;
 
+/// An in-process `weir echo` backend on 127.0.0.1:0 answering as `version`
+/// after `latency`.
+pub async fn echo_backend(version: &str, latency: Duration) -> weir::echo::EchoHandle {
+    weir::echo::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        weir::echo::EchoOptions {
+            version: version.into(),
+            error_rate: 0.0,
+            latency,
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 
