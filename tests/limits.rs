@@ -442,6 +442,7 @@ proxy:
   http2MaxConcurrentStreams: 0
   http2MaxPendingAcceptResetStreams: 0
   http2MaxLocalErrorResetStreams: -1
+  tunnelIdleTimeout: 0s
 ";
     let err = weir::config::parse_yaml(yaml, "t.yaml", std::path::Path::new(".")).unwrap_err();
     let mut paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
@@ -457,6 +458,7 @@ proxy:
             "proxy.maxHeaderBytes",
             "proxy.maxHeaders",
             "proxy.maxUriBytes",
+            "proxy.tunnelIdleTimeout",
         ],
         "{err}"
     );
@@ -472,6 +474,7 @@ proxy:
         (61440, 100, 8192, 10_000)
     );
     assert_eq!(d.body_idle_timeout, Duration::from_secs(60));
+    assert_eq!(d.tunnel_idle_timeout, Duration::from_secs(300));
     assert_eq!(
         (
             d.http2_max_concurrent_streams,

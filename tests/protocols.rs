@@ -304,3 +304,47 @@ async fn websocket_echo_through_the_proxy_follows_the_routing_decision() {
     // A plain request on the same route is still an ordinary request.
     assert_eq!(plain_get(app.proxy_addr(), "/").await, Some(400));
 }
+
+/// `proxy.tunnelIdleTimeout`: a WebSocket that keeps talking outlives the
+/// timeout many times over; one that goes silent is closed after it.
+#[tokio::test]
+async fn an_idle_websocket_tunnel_is_closed_and_a_busy_one_is_not() {
+    let blue = ws_backend("blue").await;
+    let yaml = format!(
+        "proxy:\n  tunnelIdleTimeout: 400ms\nbackends:\n  blue:\n    endpoints: [\"{blue}\"]\nroutes:\n  - name: app\n    primary: blue\n"
+    );
+    let app = start(&yaml).await;
+    let connect = || async {
+        let tcp = TcpStream::connect(app.proxy_addr()).await.unwrap();
+        let req = tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://{}/chat",
+            app.proxy_addr()
+        ))
+        .unwrap();
+        let (ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+        assert_eq!(resp.status(), 101);
+        ws
+    };
+
+    // Busy: a message every 100 ms for 2 s (5 timeouts long), every one echoed.
+    let mut ws = connect().await;
+    for i in 0..20 {
+        ws.send(Message::text(format!("tick {i}"))).await.unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("echo in time")
+            .expect("the tunnel is still open")
+            .unwrap();
+        assert_eq!(m.into_text().unwrap().as_str(), format!("blue: tick {i}"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Silent: the proxy closes the tunnel; the client sees the end of the stream.
+    let end = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
+    match end {
+        Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => {}
+        Ok(Some(Ok(other))) => panic!("unexpected message {other:?}"),
+        Err(_) => {}
+    }
+    assert!(end.is_ok(), "an idle tunnel was still open after 10 s");
+}

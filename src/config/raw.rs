@@ -200,6 +200,10 @@ pub struct RawProxy {
     /// (default 60s, nginx's client_body_timeout / proxy_read_timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_idle_timeout: Option<String>,
+    /// Longest silence in both directions of an upgraded connection (WebSocket)
+    /// before the tunnel is closed (default 5m, Envoy's stream idle timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tunnel_idle_timeout: Option<String>,
     /// Open client connections per listener (default 10000); more wait in
     /// the listen backlog until one closes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -180,6 +180,8 @@ pub struct ProxySettings {
     pub max_uri_bytes: usize,
     /// Longest silence inside a request or response body.
     pub body_idle_timeout: Duration,
+    /// Longest silence, both ways, of an upgraded connection (WebSocket).
+    pub tunnel_idle_timeout: Duration,
     /// Open connections per listener; more wait in the backlog.
     pub max_connections: usize,
     /// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS.
@@ -203,6 +205,7 @@ impl Default for ProxySettings {
             max_headers: 100,
             max_uri_bytes: 8192,
             body_idle_timeout: Duration::from_secs(60),
+            tunnel_idle_timeout: Duration::from_secs(300),
             max_connections: 10_000,
             http2_max_concurrent_streams: 128,
             http2_max_pending_accept_reset_streams: 20,
@@ -576,6 +579,11 @@ fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {
             "proxy.bodyIdleTimeout",
             &p.body_idle_timeout,
             d.body_idle_timeout,
+        ),
+        tunnel_idle_timeout: errs.duration(
+            "proxy.tunnelIdleTimeout",
+            &p.tunnel_idle_timeout,
+            d.tunnel_idle_timeout,
         ),
         max_connections: errs.int_in(
             "proxy.maxConnections",

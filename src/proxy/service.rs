@@ -271,7 +271,12 @@ pub async fn handle(
             let failed = status >= 500 || (is_grpc && grpc_status.is_some_and(grpc::status_failed));
             let decided_by_trailers = is_grpc && grpc_status.is_none() && status < 500;
             let body = if let Some((client_io, upstream_io)) = tunnel {
-                upgrade::splice(client_io, upstream_io, guard);
+                upgrade::splice(
+                    client_io,
+                    upstream_io,
+                    guard,
+                    shared.settings.tunnel_idle_timeout,
+                );
                 ProxyBody::empty()
             } else if decided_by_trailers {
                 // Recorded when the trailers arrive (latency = whole call).

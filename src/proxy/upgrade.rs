@@ -6,14 +6,23 @@
 //! hop-by-hop headers kept for the upstream, which is always reached over
 //! HTTP/1.1. When the upstream answers `101 Switching Protocols`, both
 //! sides are taken over from hyper (`hyper::upgrade::on`) and spliced with
-//! `tokio::io::copy_bidirectional` until either side closes. Any other
-//! answer is an ordinary response. A tunnel has no idle timeout, and a
-//! graceful drain does not wait for open tunnels (they end with the process).
+//! `tokio::io::copy_bidirectional` until either side closes, or until no
+//! byte has moved either way for `proxy.tunnelIdleTimeout`. Any other answer
+//! is an ordinary response. A graceful drain does not wait for open tunnels
+//! (they end with the process).
 
 use http::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
 use http::Version;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
 
 /// The `Upgrade` value when the request asks for a protocol switch that
 /// weir passes through.
@@ -45,9 +54,9 @@ pub fn restore(headers: &mut HeaderMap, upgrade: HeaderValue) {
 }
 
 /// Splices the client's and the upstream's upgraded connections in the
-/// background; `guard` (the endpoint's in-flight count) lives as long as
-/// the tunnel.
-pub fn splice(client: OnUpgrade, upstream: OnUpgrade, guard: impl Send + 'static) {
+/// background until either side closes or nothing moves for `idle`; `guard`
+/// (the endpoint's in-flight count) lives as long as the tunnel.
+pub fn splice(client: OnUpgrade, upstream: OnUpgrade, guard: impl Send + 'static, idle: Duration) {
     tokio::spawn(async move {
         let _guard = guard;
         let (c, u) = match tokio::try_join!(client, upstream) {
@@ -57,17 +66,96 @@ pub fn splice(client: OnUpgrade, upstream: OnUpgrade, guard: impl Send + 'static
                 return;
             }
         };
-        let mut c = TokioIo::new(c);
-        let mut u = TokioIo::new(u);
-        match tokio::io::copy_bidirectional(&mut c, &mut u).await {
-            Ok((up, down)) => {
-                tracing::debug!(target: "weir::upgrade", bytes_up = up, bytes_down = down, "tunnel closed")
-            }
-            Err(e) => {
-                tracing::debug!(target: "weir::upgrade", error = %e, "tunnel ended with error")
+        let start = Instant::now();
+        let last = Arc::new(AtomicU64::new(0));
+        let mut c = Active::new(TokioIo::new(c), start, last.clone());
+        let mut u = Active::new(TokioIo::new(u), start, last.clone());
+        tokio::select! {
+            r = tokio::io::copy_bidirectional(&mut c, &mut u) => match r {
+                Ok((up, down)) => {
+                    tracing::debug!(target: "weir::upgrade", bytes_up = up, bytes_down = down, "tunnel closed")
+                }
+                Err(e) => {
+                    tracing::debug!(target: "weir::upgrade", error = %e, "tunnel ended with error")
+                }
+            },
+            () = idle_for(idle, start, &last) => {
+                // Dropping both sides closes them.
+                tracing::debug!(target: "weir::upgrade", ?idle, "tunnel idle timeout: closed");
             }
         }
     });
+}
+
+/// Returns once nothing has moved for `idle` (checked at each deadline, so a
+/// busy tunnel costs one timer wake-up per `idle`).
+async fn idle_for(idle: Duration, start: Instant, last: &AtomicU64) {
+    loop {
+        let moved = start + Duration::from_millis(last.load(Ordering::Relaxed));
+        let deadline = moved + idle;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// An upgraded connection that notes, in milliseconds since `start`, when a
+/// byte last moved through it.
+struct Active<IO> {
+    io: IO,
+    start: Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl<IO> Active<IO> {
+    fn new(io: IO, start: Instant, last: Arc<AtomicU64>) -> Self {
+        Active { io, start, last }
+    }
+
+    fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Active<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.touch();
+        }
+        r
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Active<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.io).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.touch();
+        }
+        r
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
