@@ -342,7 +342,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Serve { config, workers } => {
-            let cfg = match config::load_file(&config) {
+            let (raw, cfg) = match config::load_file_with_raw(&config) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("{e}");
@@ -356,7 +356,8 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            rt.block_on(serve(cfg, config))
+            let started = crate::reload::Started::new(raw);
+            rt.block_on(serve(cfg, config, started))
         }
         Command::Probe { url, timeout } => match crate::probe::status(&url, timeout) {
             Ok(code @ 200..=299) => {
@@ -413,15 +414,11 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn serve(cfg: config::Config, path: std::path::PathBuf) -> ExitCode {
-    // What the file held at start, for SIGHUP reloads to compare with.
-    let started = match crate::reload::Started::read(&path) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+async fn serve(
+    cfg: config::Config,
+    path: std::path::PathBuf,
+    started: crate::reload::Started,
+) -> ExitCode {
     // Before anything listens: a SIGHUP that arrives while starting must find
     // the handler, or its default action would end the process.
     #[cfg(unix)]

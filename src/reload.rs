@@ -30,36 +30,26 @@ pub struct Reloaded {
     pub needs_restart: Vec<&'static str>,
 }
 
-/// The parts of a config file that a reload compares with what is running.
+/// The config file as it was when the process started: what a reload compares
+/// the new file with (the restart-only sections, the canary-driven routes).
 #[derive(Debug, Clone)]
 pub struct Started {
     raw: RawConfig,
-    /// Routes named by a canary (`canaries[].route`) when the process started.
-    driven: Vec<String>,
 }
 
 impl Started {
-    /// Reads what `path` held when the process started (after it validated).
-    pub fn read(path: &Path) -> Result<Started, String> {
-        let src = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read file: {e}", path.display()))?;
-        let raw: RawConfig =
-            serde_saphyr::from_str(&src).map_err(|e| format!("{}: {e}", path.display()))?;
-        let driven = raw.canaries.iter().map(|c| c.route.clone()).collect();
-        Ok(Started { raw, driven })
+    /// `raw` is the file the process started from, as [`config::load_file_with_raw`]
+    /// parsed it.
+    pub fn new(raw: RawConfig) -> Started {
+        Started { raw }
     }
 }
 
 /// Re-reads `path` and applies its table to `store`. On `Err` nothing changed.
 pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Reloaded, String> {
-    let label = path.display().to_string();
-    let src =
-        std::fs::read_to_string(path).map_err(|e| format!("{label}: cannot read file: {e}"))?;
-    let base = path.parent().unwrap_or(Path::new("."));
     // The whole file must validate, not only the table: a reload that would not
     // also start is refused.
-    let cfg = config::parse_yaml(&src, &label, base).map_err(|e| e.to_string())?;
-    let raw: RawConfig = serde_saphyr::from_str(&src).map_err(|e| format!("{label}: {e}"))?;
+    let (raw, cfg) = config::load_file_with_raw(path).map_err(|e| e.to_string())?;
 
     let was = &started.raw;
     let needs_restart: Vec<&'static str> = [
@@ -77,7 +67,7 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
     let running = store.load();
     let mut table = cfg.table.raw;
     let mut kept = Vec::new();
-    for name in &started.driven {
+    for name in was.canaries.iter().map(|c| &c.route) {
         let Some(live) = running.spec.raw.routes.iter().find(|r| &r.name == name) else {
             continue;
         };
@@ -100,13 +90,14 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
             needs_restart,
         }),
         Err(WriteError::Invalid(errors)) => Err(ConfigErrors {
-            file: label,
+            file: path.display().to_string(),
             errors,
         }
         .to_string()),
         Err(WriteError::Conflict { current }) => Err(format!(
-            "{label}: the table changed during the reload (version {current})"
+            "{}: the table changed during the reload (version {current})",
+            path.display()
         )),
-        Err(WriteError::NotFound(what)) => Err(format!("{label}: {what} not found")),
+        Err(WriteError::NotFound(what)) => Err(format!("{}: {what} not found", path.display())),
     }
 }

@@ -76,18 +76,33 @@ impl std::error::Error for ConfigErrors {}
 
 /// Reads and validates a YAML file.
 pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    load_file_with_raw(path).map(|(_, cfg)| cfg)
+}
+
+/// [`load_file`], also returning the file as parsed before validation (what a
+/// SIGHUP reload compares the new file with).
+pub fn load_file_with_raw(path: &Path) -> Result<(raw::RawConfig, Config), ConfigErrors> {
     let label = path.display().to_string();
     let src = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         file: label.clone(),
         errors: vec![ConfigError::new("", format!("cannot read file: {e}"))],
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
-    parse_yaml(&src, &label, base)
+    parse_yaml_with_raw(&src, &label, base)
 }
 
 /// Parses and validates YAML text. Relative file paths inside (TLS, tokens)
 /// are resolved against `base`.
 pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigErrors> {
+    parse_yaml_with_raw(src, label, base).map(|(_, cfg)| cfg)
+}
+
+/// [`parse_yaml`], also returning the text as parsed before validation.
+pub fn parse_yaml_with_raw(
+    src: &str,
+    label: &str,
+    base: &Path,
+) -> Result<(raw::RawConfig, Config), ConfigErrors> {
     let raw: raw::RawConfig = match serde_saphyr::from_str(src) {
         Ok(r) => r,
         Err(e) => {
@@ -105,7 +120,8 @@ pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigE
         }
     };
     let locations = Locations::index(src);
-    validate::validate(raw, base).map_err(|mut errors| {
+    let validated = validate::validate(raw.clone(), base);
+    validated.map(|cfg| (raw, cfg)).map_err(|mut errors| {
         for e in &mut errors {
             e.location = locations.find(&e.path);
         }
