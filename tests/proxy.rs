@@ -251,44 +251,44 @@ async fn requests_without_host_are_rejected() {
     );
 }
 
+/// Appends what the next read brings to `buf`; `what` names the wait in failures.
+async fn read_more(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>, what: &str) {
+    let mut chunk = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+        .await
+        .unwrap_or_else(|_| panic!("no {what} in time"))
+        .unwrap();
+    assert!(
+        n > 0,
+        "closed before the {what}: {:?}",
+        String::from_utf8_lossy(buf)
+    );
+    buf.extend_from_slice(&chunk[..n]);
+}
+
 /// Reads one HTTP/1.1 response with a Content-Length body; returns (head, body).
 async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> (String, String) {
-    loop {
+    let end = loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse().ok())?
-                })
-                .expect("content-length");
-            while buf.len() < end + 4 + len {
-                let mut chunk = [0u8; 4096];
-                let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
-                    .await
-                    .expect("body in time")
-                    .unwrap();
-                assert!(n > 0, "closed mid-body");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
-            buf.drain(..end + 4 + len);
-            return (head, body);
+            break end;
         }
-        let mut chunk = [0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
-            .await
-            .expect("response in time")
-            .unwrap();
-        assert!(
-            n > 0,
-            "closed before a response: {:?}",
-            String::from_utf8_lossy(buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(s, buf, "response head").await;
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .expect("content-length");
+    while buf.len() < end + 4 + len {
+        read_more(s, buf, "whole body").await;
     }
+    let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
+    buf.drain(..end + 4 + len);
+    (head, body)
 }
 
 /// An idle keep-alive connection gives its buffers back (the hyper patch of
