@@ -380,19 +380,9 @@ impl Weir {
                 }
             });
         }
-        let lines_rx = lines;
         let wait = |needle: &str| {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            loop {
-                let left = deadline
-                    .checked_duration_since(Instant::now())
-                    .unwrap_or_else(|| panic!("weir did not log {needle:?}"));
-                match lines_rx.recv_timeout(left) {
-                    Ok(l) if l.contains(needle) => return l,
-                    Ok(_) => {}
-                    Err(e) => panic!("weir did not log {needle:?}: {e}"),
-                }
-            }
+            next_line(&lines, needle, Duration::from_secs(60))
+                .unwrap_or_else(|| panic!("weir did not log {needle:?}"))
         };
         let addr_in = |line: &str, key: &str| -> SocketAddr {
             line.split_whitespace()
@@ -404,7 +394,7 @@ impl Weir {
         let admin_addr = addr_in(&wait("admin API listening"), "admin_addr=");
         Weir {
             child,
-            lines: lines_rx,
+            lines,
             config: cfg,
             proxy_addr,
             admin_addr,
@@ -414,15 +404,7 @@ impl Weir {
 
     /// The next log line containing `needle`, within `within`.
     pub fn wait_line(&mut self, needle: &str, within: Duration) -> Option<String> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            match self.lines.recv_timeout(left) {
-                Ok(l) if l.contains(needle) => return Some(l),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
+        next_line(&self.lines, needle, within)
     }
 
     /// Sends a signal (`-TERM`, `-HUP`, ...) with kill(1).
@@ -449,6 +431,20 @@ impl Weir {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+}
+
+/// The next line from `lines` containing `needle`, within `within`; earlier
+/// lines are consumed.
+fn next_line(lines: &mpsc::Receiver<String>, needle: &str, within: Duration) -> Option<String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        match lines.recv_timeout(left) {
+            Ok(l) if l.contains(needle) => return Some(l),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
     }
 }
 
