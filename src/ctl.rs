@@ -448,13 +448,7 @@ async fn status(
     {
         let name = str_of(r, "name");
         let s = by_route.iter().find(|s| str_of(s, "route") == name);
-        let role = |role: &str, key: &str| -> Value {
-            s.and_then(|s| s.get("roles"))
-                .and_then(|x| x.get(role))
-                .and_then(|x| x.get(key))
-                .cloned()
-                .unwrap_or(Value::Null)
-        };
+        let role = |role: &str, key: &str| s.map_or(Value::Null, |s| role_stat(s, role, key));
         rows.push(vec![
             name.to_string(),
             str_of(r, "primary").to_string(),
@@ -596,17 +590,20 @@ fn stats_by_route(v: &Value) -> Vec<Value> {
     }
 }
 
+/// `route.roles[role][key]` of a stats document, `null` when absent.
+fn role_stat(route: &Value, role: &str, key: &str) -> Value {
+    route
+        .get("roles")
+        .and_then(|x| x.get(role))
+        .and_then(|x| x.get(key))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
 /// Roles shown for a route: primary always, canary when the route has one
 /// or it saw traffic, mirror when it saw traffic.
 fn shown_roles(route: &Value) -> Vec<&'static str> {
-    let requests = |role: &str| {
-        route
-            .get("roles")
-            .and_then(|r| r.get(role))
-            .and_then(|r| r.get("requests"))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
+    let requests = |role: &str| role_stat(route, role, "requests").as_u64().unwrap_or(0);
     let mut roles = vec!["primary"];
     if route.get("canary").is_some_and(|c| !c.is_null()) || requests("canary") > 0 {
         roles.push("canary");
@@ -628,12 +625,7 @@ fn stats_table(v: &Value) -> String {
     let mut rows = Vec::new();
     for r in &routes {
         for role in shown_roles(r) {
-            let s = r
-                .get("roles")
-                .and_then(|x| x.get(role))
-                .cloned()
-                .unwrap_or(Value::Null);
-            let g = |k: &str| s.get(k).cloned().unwrap_or(Value::Null);
+            let g = |k: &str| role_stat(r, role, k);
             rows.push(vec![
                 str_of(r, "route").to_string(),
                 role.to_string(),
@@ -725,12 +717,7 @@ fn watch_lines(v: &Value, now: &str) -> String {
             str_of(&r, "route")
         ));
         for role in shown_roles(&r) {
-            let x = r
-                .get("roles")
-                .and_then(|x| x.get(role))
-                .cloned()
-                .unwrap_or(Value::Null);
-            let g = |k: &str| x.get(k).cloned().unwrap_or(Value::Null);
+            let g = |k: &str| role_stat(&r, role, k);
             s.push_str(&format!(
                 " {role}: rps={:.1} success={} p99={}",
                 g("rps").as_f64().unwrap_or(0.0),
@@ -752,12 +739,7 @@ fn watch_screen(api: &str, v: &Value, now: &str, interval: Duration) -> String {
             .and_then(Value::as_u64)
             .map_or("-".into(), |w| w.to_string());
         for (i, role) in shown_roles(&r).into_iter().enumerate() {
-            let x = r
-                .get("roles")
-                .and_then(|x| x.get(role))
-                .cloned()
-                .unwrap_or(Value::Null);
-            let g = |k: &str| x.get(k).cloned().unwrap_or(Value::Null);
+            let g = |k: &str| role_stat(&r, role, k);
             rows.push(vec![
                 if i == 0 {
                     str_of(&r, "route").to_string()
