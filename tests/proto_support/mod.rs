@@ -20,6 +20,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use weir::app::RunningApp;
 
+// The fixtures shared with the data-plane tests.
+#[path = "../support/mod.rs"]
+mod support;
+#[allow(unused_imports)] // not every test binary polls
+pub use support::eventually;
+
 /// An in-process `weir echo` backend on 127.0.0.1:0 answering as `version`
 /// after `latency`.
 pub async fn echo_backend(version: &str, latency: Duration) -> weir::echo::EchoHandle {
@@ -319,24 +325,6 @@ pub fn statuses(raw: &[u8]) -> Vec<u16> {
     text.match_indices("HTTP/1.1 ")
         .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
         .collect()
-}
-
-/// Polls `f` every 50 ms until it returns true or `timeout` passes.
-pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if f().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A running `weir serve` and its log lines.
