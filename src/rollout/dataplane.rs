@@ -356,6 +356,11 @@ impl Remote {
             .map_err(|e| self.err(e))
     }
 
+    /// A GET without extra headers or body.
+    async fn get(&self, path: &str) -> Result<super::http::HttpResponse, DpError> {
+        self.call(Method::GET, path, None, None).await
+    }
+
     fn check(&self, what: &str, r: &super::http::HttpResponse) -> Result<(), DpError> {
         if (200..300).contains(&r.status) {
             Ok(())
@@ -462,12 +467,7 @@ impl DataPlane for Remote {
     fn read_route<'a>(&'a self, route: &'a str) -> BoxFuture<'a, Result<RouteRead, DpError>> {
         Box::pin(async move {
             let r = self
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/routes/{}", encode(route)),
-                    None,
-                    None,
-                )
+                .get(&format!("/api/v1/routes/{}", encode(route)))
                 .await?;
             self.check("reading the route", &r)?;
             let route: RawRoute = serde_json::from_slice(&r.body)
@@ -525,16 +525,11 @@ impl DataPlane for Remote {
     ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
         Box::pin(async move {
             let r = self
-                .call(
-                    Method::GET,
-                    &format!(
-                        "/api/v1/stats?route={}&window={}s",
-                        encode(route),
-                        window_secs.max(1)
-                    ),
-                    None,
-                    None,
-                )
+                .get(&format!(
+                    "/api/v1/stats?route={}&window={}s",
+                    encode(route),
+                    window_secs.max(1)
+                ))
                 .await?;
             if r.status == 404 {
                 // The route never served there: no traffic.
@@ -548,12 +543,7 @@ impl DataPlane for Remote {
     fn backend<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BackendView, DpError>> {
         Box::pin(async move {
             let r = self
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/backends/{}", encode(name)),
-                    None,
-                    None,
-                )
+                .get(&format!("/api/v1/backends/{}", encode(name)))
                 .await?;
             self.check("reading the backend", &r)?;
             parse_backend(&r.body).map_err(|e| self.err(e))
