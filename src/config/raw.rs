@@ -186,6 +186,11 @@ pub struct RawProxy {
     /// is at debug level under target `weir::access`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// Serve simple clear-text HTTP/1.1 requests on weir's own HTTP/1 fast
+    /// path (`proxy::express`; default true); false sends every request
+    /// through hyper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http1_fast_path: Option<bool>,
     /// Largest HTTP/1 request head or HTTP/2 header list, bytes (default
     /// 61440 = 60 KiB, Envoy's) → 431.
     #[serde(default, skip_serializing_if = "Option::is_none")]

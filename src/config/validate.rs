@@ -172,6 +172,8 @@ pub struct ProxySettings {
     pub header_read_timeout: Duration,
     pub drain_timeout: Duration,
     pub access_log: bool,
+    /// Simple clear-text HTTP/1.1 requests bypass hyper (`proxy::express`).
+    pub http1_fast_path: bool,
     /// HTTP/1 request head / HTTP/2 header list limit in bytes (→ 431).
     pub max_header_bytes: usize,
     /// Header fields per request (→ 431).
@@ -201,6 +203,7 @@ impl Default for ProxySettings {
             header_read_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             access_log: false,
+            http1_fast_path: true,
             max_header_bytes: 60 * 1024,
             max_headers: 100,
             max_uri_bytes: 8192,
@@ -553,6 +556,7 @@ fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {
         ),
         drain_timeout: errs.duration("proxy.drainTimeout", &p.drain_timeout, d.drain_timeout),
         access_log: p.access_log.unwrap_or(false),
+        http1_fast_path: p.http1_fast_path.unwrap_or(true),
         // hyper refuses a read buffer under 8 KiB.
         max_header_bytes: errs.int_in(
             "proxy.maxHeaderBytes",

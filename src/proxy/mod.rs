@@ -10,6 +10,7 @@
 pub mod body;
 pub mod client;
 pub mod errors;
+pub mod express;
 pub mod grpc;
 pub mod limits;
 pub mod server;

@@ -96,6 +96,7 @@ pub async fn serve(
             shared: shared.clone(),
             builder: builder.clone(),
             watcher: graceful.watcher(),
+            shutdown: shutdown.clone(),
             _permit: permit,
         };
         // Each kind spawned as its own task, not awaited inside a common async
@@ -103,6 +104,9 @@ pub async fn serve(
         // plain connection must not carry the TLS one's size (issue 8: memory
         // per idle connection).
         match &tls {
+            None if shared.settings.http1_fast_path => {
+                tokio::spawn(super::express::connection(stream, conn));
+            }
             None => {
                 let s = &shared.settings;
                 let tracker = Tracker::new(s.max_header_bytes, s.max_headers);
@@ -127,12 +131,16 @@ pub async fn serve(
 }
 
 /// What every connection task holds besides its stream.
-struct Conn {
-    peer: SocketAddr,
-    guard: Arc<ConnGuard>,
-    shared: Arc<ProxyShared>,
+pub(super) struct Conn {
+    pub(super) peer: SocketAddr,
+    pub(super) guard: Arc<ConnGuard>,
+    pub(super) shared: Arc<ProxyShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
+    /// Held for the life of the connection: a graceful shutdown waits for it.
     watcher: Watcher,
+    /// Turns true when a graceful shutdown begins (the fast path's signal;
+    /// hyper gets it through `watcher`).
+    pub(super) shutdown: watch::Receiver<bool>,
     /// The `max_connections` slot, released when the task ends.
     _permit: OwnedSemaphorePermit,
 }
@@ -164,7 +172,8 @@ async fn tls_connection(stream: TcpStream, t: Arc<Terminator>, conn: Conn) {
     Box::pin(run(io, true, conn)).await
 }
 
-async fn run<IO>(io: IO, tls: bool, c: Conn)
+/// Serves a connection with hyper (HTTP/1.1, or HTTP/2 by preface or ALPN).
+pub(super) async fn run<IO>(io: IO, tls: bool, c: Conn)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -174,6 +183,7 @@ where
         shared,
         builder,
         watcher,
+        shutdown: _,
         _permit,
     } = c;
     let first_request_within = shared.settings.header_read_timeout;

@@ -106,7 +106,16 @@ pub async fn handle(
     let host = normalize_host(host_raw);
     let path = parts.uri.path();
     let Some(idx) = snap.spec.routing.find(&host, path) else {
-        log_access(&shared, &conn, &parts.method, &host, path, None, 404, start);
+        log_access(
+            &shared,
+            conn.peer,
+            &parts.method,
+            &host,
+            path,
+            None,
+            404,
+            start,
+        );
         return Ok(ProxyError::NoRoute.response("no route for this host and path"));
     };
     let route = &snap.spec.routing.routes[idx];
@@ -145,7 +154,7 @@ pub async fn handle(
         );
         log_access(
             &shared,
-            &conn,
+            conn.peer,
             &parts.method,
             &host,
             path,
@@ -157,9 +166,7 @@ pub async fn handle(
     };
     let x_forwarded_host = HeaderValue::from_str(host_raw).ok();
     let method = parts.method.clone();
-    let log_path = if shared.settings.access_log
-        || tracing::enabled!(target: "weir::access", tracing::Level::DEBUG)
-    {
+    let log_path = if access_log_on(&shared) {
         Some(path.to_string())
     } else {
         None
@@ -306,15 +313,7 @@ pub async fn handle(
                 .with_guard(Box::new(guard))
             };
             if !decided_by_trailers {
-                let now = Instant::now();
-                let latency = now.duration_since(start);
-                rt.stats.record(
-                    role,
-                    shared.now_sec(now),
-                    failed,
-                    latency.as_micros() as u64,
-                );
-                rt.metrics.record(role, status, latency);
+                record_answer(&shared, rt, role, status, failed, start);
             }
             Response::from_parts(rp, body)
         }
@@ -322,7 +321,7 @@ pub async fn handle(
     if let Some(p) = log_path {
         log_access(
             &shared,
-            &conn,
+            conn.peer,
             &method,
             &host_owned,
             &p,
@@ -478,6 +477,18 @@ fn finish_error(
     detail: &str,
     start: Instant,
 ) -> Response<ProxyBody> {
+    record_error(shared, rt, role, err, start);
+    err.response(detail)
+}
+
+/// Counts a proxy-made error against the side (stats window and metrics).
+pub(super) fn record_error(
+    shared: &ProxyShared,
+    rt: &RouteRuntime,
+    role: Role,
+    err: ProxyError,
+    start: Instant,
+) {
     let now = Instant::now();
     rt.stats.record(
         role,
@@ -487,13 +498,37 @@ fn finish_error(
     );
     rt.metrics
         .record_proxy_error(role, err, now.duration_since(start));
-    err.response(detail)
+}
+
+/// Records an upstream answer (its head) for the side: stats window and metrics.
+pub(super) fn record_answer(
+    shared: &ProxyShared,
+    rt: &RouteRuntime,
+    role: Role,
+    status: u16,
+    failed: bool,
+    start: Instant,
+) {
+    let now = Instant::now();
+    let latency = now.duration_since(start);
+    rt.stats.record(
+        role,
+        shared.now_sec(now),
+        failed,
+        latency.as_micros() as u64,
+    );
+    rt.metrics.record(role, status, latency);
+}
+
+/// Whether access lines are wanted (then the path is kept for the log).
+pub(super) fn access_log_on(shared: &ProxyShared) -> bool {
+    shared.settings.access_log || tracing::enabled!(target: "weir::access", tracing::Level::DEBUG)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn log_access(
+pub(super) fn log_access(
     shared: &ProxyShared,
-    conn: &ConnInfo,
+    peer: SocketAddr,
     method: &Method,
     host: &str,
     path: &str,
@@ -503,9 +538,9 @@ fn log_access(
 ) {
     let ms = start.elapsed().as_secs_f64() * 1000.0;
     if shared.settings.access_log {
-        tracing::info!(target: "weir::access", peer = %conn.peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
+        tracing::info!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
     } else {
-        tracing::debug!(target: "weir::access", peer = %conn.peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
+        tracing::debug!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
     }
 }
 

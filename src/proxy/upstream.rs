@@ -52,6 +52,8 @@ pub struct Endpoint {
     /// Failed upstream results in a row, counted without a lock on the request
     /// path (outlier detection).
     pub consecutive_failures: AtomicU32,
+    /// Idle connections of the HTTP/1 fast path (`proxy::express`).
+    pub(crate) idle: super::express::pool::IdlePool,
 }
 
 impl Endpoint {
@@ -66,6 +68,7 @@ impl Endpoint {
             draining: AtomicBool::new(false),
             ejected_until_ms: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
+            idle: Default::default(),
         }))
     }
 

@@ -86,12 +86,7 @@ impl MatchRule {
                 let joined = req.joined_cookie_header();
                 m.matches_opt(joined.as_deref())
             } else {
-                m.matches_any(
-                    req.headers
-                        .get_all(name)
-                        .iter()
-                        .filter_map(|v| v.to_str().ok()),
-                )
+                m.matches_any(req.headers.values(name))
             };
             if !ok {
                 return false;

@@ -39,7 +39,7 @@ pub struct RequestView<'a> {
     /// Request method.
     pub method: &'a Method,
     /// All request headers, as received.
-    pub headers: &'a HeaderMap,
+    pub headers: Headers<'a>,
     /// The client's address (the TCP peer).
     pub source_ip: IpAddr,
     query_pairs: OnceCell<Vec<(String, String)>>,
@@ -54,6 +54,51 @@ enum CookieHeader<'a> {
     One(&'a str),
     /// Several (or one that is not visible ASCII): read them from the map.
     Many,
+}
+
+/// The request headers routing reads: a parsed map (hyper's requests, HTTP/2)
+/// or the raw list of an HTTP/1 head (the fast path). Both answer the same
+/// questions the same way: names case-insensitively, values only when they
+/// are visible ASCII (as `HeaderValue::to_str`).
+#[derive(Clone, Copy, Debug)]
+pub enum Headers<'a> {
+    /// hyper's header map.
+    Map(&'a HeaderMap),
+    /// `httparse`'s headers, in the order received.
+    Raw(&'a [httparse::Header<'a>]),
+}
+
+impl<'a> Headers<'a> {
+    /// Every value of `name` as bytes, in order.
+    pub fn raw_values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (map, raw) = match self {
+            Headers::Map(m) => (Some(m.get_all(name).iter().map(|v| v.as_bytes())), None),
+            Headers::Raw(h) => (
+                None,
+                Some(
+                    h.iter()
+                        .filter(move |h| h.name.eq_ignore_ascii_case(name.as_str()))
+                        .map(|h| h.value),
+                ),
+            ),
+        };
+        map.into_iter().flatten().chain(raw.into_iter().flatten())
+    }
+
+    /// Every value of `name` that is visible ASCII, in order.
+    pub fn values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a str> + 'a {
+        self.raw_values(name).filter_map(as_visible_str)
+    }
+}
+
+/// `v` as text when every byte is visible ASCII, space or tab (exactly
+/// what `HeaderValue::to_str` accepts).
+pub fn as_visible_str(v: &[u8]) -> Option<&str> {
+    if v.iter().all(|&b| (32..127).contains(&b) || b == b'\t') {
+        std::str::from_utf8(v).ok()
+    } else {
+        None
+    }
 }
 
 /// `needle` occurs in `hay` (see [`prefilter::occurs`]).
@@ -76,7 +121,29 @@ impl<'a> RequestView<'a> {
             path,
             query,
             method,
-            headers,
+            headers: Headers::Map(headers),
+            source_ip,
+            query_pairs: OnceCell::new(),
+            cookie_header: OnceCell::new(),
+        }
+    }
+
+    /// The same view over a head as `httparse` left it (the HTTP/1 fast
+    /// path, `proxy::express`): no header map is built for routing.
+    pub fn raw(
+        host: &'a str,
+        path: &'a str,
+        query: Option<&'a str>,
+        method: &'a Method,
+        headers: &'a [httparse::Header<'a>],
+        source_ip: IpAddr,
+    ) -> Self {
+        RequestView {
+            host,
+            path,
+            query,
+            method,
+            headers: Headers::Raw(headers),
             source_ip,
             query_pairs: OnceCell::new(),
             cookie_header: OnceCell::new(),
@@ -85,10 +152,10 @@ impl<'a> RequestView<'a> {
 
     fn cookie_header(&self) -> CookieHeader<'a> {
         *self.cookie_header.get_or_init(|| {
-            let mut all = self.headers.get_all(http::header::COOKIE).iter();
+            let mut all = self.headers.raw_values(&http::header::COOKIE);
             match (all.next(), all.next()) {
                 (None, _) => CookieHeader::Absent,
-                (Some(v), None) => v.to_str().map_or(CookieHeader::Many, CookieHeader::One),
+                (Some(v), None) => as_visible_str(v).map_or(CookieHeader::Many, CookieHeader::One),
                 _ => CookieHeader::Many,
             }
         })
@@ -99,13 +166,9 @@ impl<'a> RequestView<'a> {
         let (one, many) = match self.cookie_header() {
             CookieHeader::Absent => (None, None),
             CookieHeader::One(v) => (Some(v), None),
-            CookieHeader::Many => (
-                None,
-                Some(self.headers.get_all(http::header::COOKIE).iter()),
-            ),
+            CookieHeader::Many => (None, Some(self.headers.values(&http::header::COOKIE))),
         };
-        one.into_iter()
-            .chain(many.into_iter().flatten().filter_map(|v| v.to_str().ok()))
+        one.into_iter().chain(many.into_iter().flatten())
     }
 
     /// Values of the cookie `name`, from every `Cookie` header (HTTP/2

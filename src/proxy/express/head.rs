@@ -1,0 +1,437 @@
+//! The fast path's decisions on message heads, as pure functions over what
+//! `httparse` parsed: which requests it may serve (everything else goes to
+//! hyper), the head sent upstream, how a response is framed, and the head
+//! sent back. No IO, no clock (the caller passes the Date value).
+//!
+//! It must make the same changes as the general path (`service`): hop-by-hop
+//! headers and the ones named in `Connection` stripped both ways,
+//! X-Forwarded-For appended, X-Forwarded-Proto/-Host set, the client's Host
+//! kept, affinity cookies added. It keeps what hyper would lose: header
+//! case, order and duplicates, and the upstream's reason phrase.
+
+use crate::config::ProxySettings;
+use http::Method;
+
+/// The fixed hop-by-hop header names (RFC 9110 §7.6.1), as `super::is_hop_by_hop`.
+fn is_hop_by_hop(name: &str) -> bool {
+    let n = name.as_bytes();
+    let eq = |s: &str| n.eq_ignore_ascii_case(s.as_bytes());
+    match n.len() {
+        2 => eq("te"),
+        7 => eq("trailer") || eq("upgrade"),
+        10 => eq("connection") || eq("keep-alive"),
+        16 => eq("proxy-connection"),
+        17 => eq("transfer-encoding"),
+        _ => false,
+    }
+}
+
+fn named(name: &str, want: &str) -> bool {
+    name.len() == want.len() && name.eq_ignore_ascii_case(want)
+}
+
+/// Header names a `Connection` header lists (beyond close / keep-alive),
+/// removed as hop-by-hop. A few fit inline; more send the request to hyper.
+#[derive(Debug, Default)]
+pub struct Listed<'b> {
+    names: [&'b str; 4],
+    len: usize,
+}
+
+impl<'b> Listed<'b> {
+    fn push(&mut self, n: &'b str) -> bool {
+        if self.len == self.names.len() {
+            return false;
+        }
+        self.names[self.len] = n;
+        self.len += 1;
+        true
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.names[..self.len].iter().any(|n| named(name, n))
+    }
+}
+
+/// What `Connection` says: close after this message, and what else to strip.
+/// `None` when it names `upgrade` or more names than fit.
+fn connection_tokens<'b>(value: &'b [u8], close: &mut bool, listed: &mut Listed<'b>) -> Option<()> {
+    let v = std::str::from_utf8(value).ok()?;
+    for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if t.eq_ignore_ascii_case("close") {
+            *close = true;
+        } else if t.eq_ignore_ascii_case("keep-alive") {
+        } else if t.eq_ignore_ascii_case("upgrade") || !listed.push(t) {
+            return None;
+        }
+    }
+    Some(())
+}
+
+/// A request the fast path serves.
+#[derive(Debug)]
+pub struct FastRequest<'b> {
+    /// The method.
+    pub method: Method,
+    /// The request target as received (origin form: path and query).
+    pub target: &'b str,
+    /// The path, for routing.
+    pub path: &'b str,
+    /// The query, for routing.
+    pub query: Option<&'b str>,
+    /// The Host header, as received.
+    pub host: &'b str,
+    /// The client asked to close the connection after this exchange.
+    pub close: bool,
+    listed: Listed<'b>,
+}
+
+impl FastRequest<'_> {
+    /// A method that may be sent again when a pooled connection turns out
+    /// to be closed before any answer (RFC 9110 §9.2.2).
+    pub fn idempotent(&self) -> bool {
+        self.method.is_idempotent()
+    }
+}
+
+/// Whether the fast path serves this request, and its facts. `None` sends
+/// the connection to hyper with this request: anything but HTTP/1.1 in
+/// origin form, CONNECT, a body (Content-Length other than 0 or any
+/// Transfer-Encoding), Upgrade, Expect, not exactly one Host, a target or
+/// header count over the limits, a target hyper's URI parser would refuse.
+/// hyper then answers exactly as it always did (400, 414, 431, smuggling).
+pub fn analyze_request<'b>(
+    req: &httparse::Request<'_, 'b>,
+    settings: &ProxySettings,
+) -> Option<FastRequest<'b>> {
+    if req.version != Some(1) || req.headers.len() > settings.max_headers {
+        return None;
+    }
+    let method = Method::from_bytes(req.method?.as_bytes()).ok()?;
+    if method == Method::CONNECT {
+        return None;
+    }
+    let target = req.path?;
+    if !target.starts_with('/') || target.len() > settings.max_uri_bytes || target.contains('#') {
+        return None;
+    }
+    // The same check hyper makes (it builds an `http::Uri` from the target).
+    http::uri::PathAndQuery::try_from(target).ok()?;
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    let mut host = None;
+    let mut close = false;
+    let mut listed = Listed::default();
+    for h in req.headers.iter() {
+        let n = h.name;
+        if named(n, "host") {
+            if host.is_some() {
+                return None;
+            }
+            host = Some(crate::routing::as_visible_str(h.value)?);
+        } else if named(n, "content-length") {
+            if h.value != b"0" {
+                return None;
+            }
+        } else if named(n, "transfer-encoding") || named(n, "upgrade") || named(n, "expect") {
+            return None;
+        } else if named(n, "connection") {
+            connection_tokens(h.value, &mut close, &mut listed)?;
+        }
+    }
+    Some(FastRequest {
+        method,
+        target,
+        path,
+        query,
+        host: host?,
+        close,
+        listed,
+    })
+}
+
+/// Appends the head sent upstream: the request line with HTTP/1.1, every
+/// end-to-end header as received, then X-Forwarded-For (the client's first
+/// value, if any, joined with the peer, as nginx's
+/// `$proxy_add_x_forwarded_for`), X-Forwarded-Proto and X-Forwarded-Host.
+pub fn write_upstream_head(
+    out: &mut Vec<u8>,
+    req: &FastRequest<'_>,
+    headers: &[httparse::Header<'_>],
+    peer: std::net::IpAddr,
+) {
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(req.target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut forwarded_for: Option<&[u8]> = None;
+    for h in headers {
+        let n = h.name;
+        if is_hop_by_hop(n) || req.listed.contains(n) {
+            continue;
+        }
+        if named(n, "x-forwarded-for") {
+            forwarded_for.get_or_insert(h.value);
+            continue;
+        }
+        if named(n, "x-forwarded-proto") || named(n, "x-forwarded-host") {
+            continue;
+        }
+        push_header(out, n.as_bytes(), h.value);
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    match forwarded_for.and_then(crate::routing::as_visible_str) {
+        Some(prev) if !prev.trim().is_empty() => {
+            out.extend_from_slice(prev.as_bytes());
+            out.extend_from_slice(b", ");
+        }
+        _ => {}
+    }
+    push_ip(out, peer);
+    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    push_header(out, b"x-forwarded-host", req.host.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    use std::io::Write;
+    let _ = write!(out, "{ip}");
+}
+
+/// How the response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body (HEAD, 1xx, 204, 304).
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked, forwarded as received.
+    Chunked,
+    /// Until the upstream closes; re-framed as chunked for the client.
+    UntilClose,
+}
+
+/// What the response head says about the exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsePlan {
+    /// Status code.
+    pub status: u16,
+    /// Body framing.
+    pub framing: Framing,
+    /// The upstream connection may carry another request afterwards.
+    pub reusable: bool,
+}
+
+/// Frames a final (non-1xx) response to a request (`head_request`: HEAD)
+/// by RFC 9112 §6.3. `Err` names why it cannot be forwarded (→ 502):
+/// a 101 nobody asked for, a transfer coding that does not end in chunked,
+/// Content-Length values that are not one number.
+pub fn analyze_response(
+    resp: &httparse::Response<'_, '_>,
+    head_request: bool,
+) -> Result<ResponsePlan, &'static str> {
+    let status = resp.code.ok_or("no status")?;
+    if status == 101 {
+        return Err("101 Switching Protocols without an upgrade request");
+    }
+    let mut close = resp.version != Some(1);
+    let mut chunked = false;
+    let mut length: Option<u64> = None;
+    for h in resp.headers.iter() {
+        let n = h.name;
+        if named(n, "transfer-encoding") {
+            let v = std::str::from_utf8(h.value).map_err(|_| "bad transfer-encoding")?;
+            let last = v.rsplit(',').map(str::trim).find(|c| !c.is_empty());
+            if !last.is_some_and(|c| c.eq_ignore_ascii_case("chunked")) {
+                return Err("transfer coding does not end in chunked");
+            }
+            chunked = true;
+        } else if named(n, "content-length") {
+            let v = std::str::from_utf8(h.value).map_err(|_| "bad content-length")?;
+            for part in v.split(',').map(str::trim) {
+                if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err("bad content-length");
+                }
+                let n: u64 = part.parse().map_err(|_| "bad content-length")?;
+                if length.is_some_and(|l| l != n) {
+                    return Err("conflicting content-length values");
+                }
+                length = Some(n);
+            }
+        } else if named(n, "connection") {
+            let v = std::str::from_utf8(h.value).unwrap_or("");
+            for t in v.split(',').map(str::trim) {
+                if t.eq_ignore_ascii_case("close") {
+                    close = true;
+                } else if t.eq_ignore_ascii_case("keep-alive") && resp.version == Some(0) {
+                    close = false;
+                }
+            }
+        }
+    }
+    let framing = if head_request || status < 200 || status == 204 || status == 304 {
+        Framing::Empty
+    } else if chunked {
+        Framing::Chunked
+    } else if let Some(n) = length {
+        Framing::Length(n)
+    } else {
+        Framing::UntilClose
+    };
+    Ok(ResponsePlan {
+        status,
+        framing,
+        reusable: !close && framing != Framing::UntilClose,
+    })
+}
+
+/// Appends the head sent to the client: status line (the upstream's reason
+/// phrase, or the standard one when it sent none), end-to-end headers as
+/// received (Content-Length dropped under chunked framing), the upstream's
+/// transfer codings for a chunked body (forwarded undecoded), chunked for a
+/// close-delimited one (re-framed), `date` when the upstream
+/// sent none (as hyper), the affinity `set-cookie`s, `connection: close`
+/// when this connection ends after the response.
+pub fn write_client_head(
+    out: &mut Vec<u8>,
+    resp: &httparse::Response<'_, '_>,
+    plan: &ResponsePlan,
+    set_cookies: &[http::HeaderValue],
+    close: bool,
+    date: &[u8],
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, plan.status);
+    out.push(b' ');
+    match resp.reason.filter(|r| !r.is_empty()) {
+        Some(r) => out.extend_from_slice(r.as_bytes()),
+        None => out.extend_from_slice(
+            http::StatusCode::from_u16(plan.status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("")
+                .as_bytes(),
+        ),
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut listed = Listed::default();
+    let mut overflow = false;
+    for h in resp.headers.iter() {
+        if named(h.name, "connection") {
+            let mut close = false;
+            overflow |= connection_tokens(h.value, &mut close, &mut listed).is_none();
+        }
+    }
+    let chunked_out = matches!(plan.framing, Framing::Chunked | Framing::UntilClose);
+    let mut has_date = false;
+    for h in resp.headers.iter() {
+        let n = h.name;
+        if is_hop_by_hop(n) || listed.contains(n) || (overflow && strip_listed(resp.headers, n)) {
+            continue;
+        }
+        if chunked_out && named(n, "content-length") {
+            continue;
+        }
+        has_date |= named(n, "date");
+        push_header(out, n.as_bytes(), h.value);
+    }
+    match plan.framing {
+        // The upstream's codings, as its bytes are forwarded undecoded.
+        Framing::Chunked => {
+            for h in resp
+                .headers
+                .iter()
+                .filter(|h| named(h.name, "transfer-encoding"))
+            {
+                push_header(out, b"transfer-encoding", h.value);
+            }
+        }
+        Framing::UntilClose => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Empty | Framing::Length(_) => {}
+    }
+    if !has_date {
+        push_header(out, b"date", date);
+    }
+    for c in set_cookies {
+        push_header(out, b"set-cookie", c.as_bytes());
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Whether a `Connection` header of `headers` lists `name` (the slow check,
+/// for a response listing more names than `Listed` holds).
+fn strip_listed(headers: &[httparse::Header<'_>], name: &str) -> bool {
+    headers
+        .iter()
+        .filter(|h| named(h.name, "connection"))
+        .any(|h| {
+            std::str::from_utf8(h.value)
+                .unwrap_or("")
+                .split(',')
+                .any(|t| named(t.trim(), name))
+        })
+}
+
+fn push_status(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(&[
+        b'0' + (status / 100 % 10) as u8,
+        b'0' + (status / 10 % 10) as u8,
+        b'0' + (status % 10) as u8,
+    ]);
+}
+
+/// A whole response weir makes itself (`ProxyError`): the same status,
+/// headers and body as the general path's `ProxyError::response`.
+pub fn write_error(
+    out: &mut Vec<u8>,
+    err: crate::proxy::errors::ProxyError,
+    detail: &str,
+    close: bool,
+    date: &[u8],
+) {
+    let body = format!("{}: {}\n", err.code(), detail);
+    let status = err.status();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_status(out, status.as_u16());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\n");
+    push_header(out, b"x-weir-error", err.code().as_bytes());
+    push_header(out, b"content-length", body.len().to_string().as_bytes());
+    push_header(out, b"date", date);
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body.as_bytes());
+}
+
+/// Where a head ends in `buf` (just past its empty line), if it is all
+/// there. Accepts bare LF line ends as `httparse` does; leading empty lines
+/// are left to the parser.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let at = from + i;
+        match buf.get(at + 1) {
+            Some(b'\n') => return Some(at + 2),
+            Some(b'\r') if buf.get(at + 2) == Some(&b'\n') => return Some(at + 3),
+            Some(_) => {}
+            None => return None,
+        }
+        from = at + 1;
+    }
+    None
+}

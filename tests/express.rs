@@ -1,0 +1,447 @@
+//! The HTTP/1 fast path (`proxy::express`) end to end, against scripted raw
+//! backends and a raw client, so that every byte both ways is visible:
+//! which requests it serves and which it hands to hyper mid-connection,
+//! upstream connection reuse, retry of a pooled connection the upstream
+//! closed, every response framing, interim responses, closing.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the scripted backend does with one request.
+enum Reply {
+    /// Writes these pieces (20 ms apart), then closes if asked.
+    Send(Vec<Vec<u8>>, bool),
+    /// Closes the connection without answering.
+    Hangup,
+}
+
+/// A backend answering by script: `(request number on this connection,
+/// head)` → reply. Counts connections and keeps every head it saw.
+struct Scripted {
+    addr: std::net::SocketAddr,
+    conns: Arc<AtomicUsize>,
+    closed_by_peer: Arc<AtomicUsize>,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+async fn scripted<F>(script: F) -> Scripted
+where
+    F: Fn(usize, &str) -> Reply + Send + Sync + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let closed_by_peer = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(script);
+    let (c, cl, h) = (conns.clone(), closed_by_peer.clone(), heads.clone());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let (script, h, cl) = (script.clone(), h.clone(), cl.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for n in 0.. {
+                    let Some(head) = read_head(&mut s, &mut buf).await else {
+                        cl.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    };
+                    // Skip a Content-Length body.
+                    let len = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+                    while buf.len() < len {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    buf.drain(..len);
+                    h.lock().unwrap().push(head.clone());
+                    match script(n, &head) {
+                        Reply::Hangup => return,
+                        Reply::Send(pieces, close) => {
+                            for (i, p) in pieces.iter().enumerate() {
+                                if i > 0 {
+                                    tokio::time::sleep(Duration::from_millis(20)).await;
+                                }
+                                if s.write_all(p).await.is_err() {
+                                    return;
+                                }
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Scripted {
+        addr,
+        conns,
+        closed_by_peer,
+        heads,
+    }
+}
+
+/// Reads one head (through its empty line) off `buf` + `s`.
+async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i + 4]).into_owned();
+            buf.drain(..i + 4);
+            return Some(head);
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The first value of `name` in a head (names compared case-insensitively).
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn ok(body: &str) -> Reply {
+    Reply::Send(
+        vec![format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()],
+        false,
+    )
+}
+
+/// One response read by the raw client: status, head, decoded body.
+struct Got {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+async fn more(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 8192];
+    match tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => false,
+        Ok(Ok(n)) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+        Err(_) => panic!("no response bytes within 10 s"),
+    }
+}
+
+/// Reads one response; `head_request` for an answer to HEAD.
+async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Got {
+    let head = read_head(s, buf).await.expect("a response head");
+    let status: u16 = head[9..12].parse().unwrap();
+    let mut body = Vec::new();
+    if head_request || status == 204 || status == 304 {
+    } else if header(&head, "transfer-encoding").is_some() {
+        loop {
+            while !buf.windows(2).any(|w| w == b"\r\n") {
+                assert!(more(s, buf).await, "eof in a chunk size");
+            }
+            let i = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+            let line = std::str::from_utf8(&buf[..i]).unwrap();
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).unwrap();
+            if size == 0 {
+                // Trailer lines, then the empty line.
+                buf.drain(..i + 2);
+                loop {
+                    while !buf.windows(2).any(|w| w == b"\r\n") {
+                        assert!(more(s, buf).await, "eof in the trailers");
+                    }
+                    let j = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+                    buf.drain(..j + 2);
+                    if j == 0 {
+                        break;
+                    }
+                }
+                break;
+            }
+            while buf.len() < i + 2 + size + 2 {
+                assert!(more(s, buf).await, "eof in a chunk");
+            }
+            body.extend_from_slice(&buf[i + 2..i + 2 + size]);
+            buf.drain(..i + 2 + size + 2);
+        }
+    } else if let Some(n) = header(&head, "content-length") {
+        let n: usize = n.parse().unwrap();
+        while buf.len() < n {
+            assert!(more(s, buf).await, "eof in the body");
+        }
+        body = buf.drain(..n).collect();
+    } else {
+        while more(s, buf).await {}
+        body = std::mem::take(buf);
+    }
+    Got { status, head, body }
+}
+
+/// A client connection that sends raw requests.
+struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    async fn to(addr: std::net::SocketAddr) -> Raw {
+        Raw {
+            s: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    async fn get(&mut self, path: &str, extra: &str) -> Got {
+        self.send(
+            &format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\n{extra}\r\n"),
+            false,
+        )
+        .await
+    }
+
+    async fn send(&mut self, raw: &str, head_request: bool) -> Got {
+        self.s.write_all(raw.as_bytes()).await.unwrap();
+        read_response(&mut self.s, &mut self.buf, head_request).await
+    }
+
+    /// The server closed the connection (nothing more to read).
+    async fn closed(&mut self) -> bool {
+        !more(&mut self.s, &mut self.buf).await
+    }
+}
+
+#[tokio::test]
+async fn simple_requests_take_the_fast_path_and_others_hand_the_connection_to_hyper() {
+    let up = scripted(|_, head| ok(head.split(' ').nth(1).unwrap())).await;
+    let app = proxy(&one_route_config(up.addr)).await;
+    let mut c = Raw::to(app.proxy_addr()).await;
+
+    // A GET: forwarded as received (header case and order kept, which hyper
+    // would not), hop-by-hop headers gone, X-Forwarded-* added.
+    let r = c
+        .get("/a?b=1", "X-Custom-Case: Yes\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nX-Forwarded-For: 9.9.9.9\r\n")
+        .await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"/a?b=1"[..]));
+    let seen = up.heads.lock().unwrap()[0].clone();
+    assert!(
+        seen.starts_with("GET /a?b=1 HTTP/1.1\r\nHost: shop.test\r\nX-Custom-Case: Yes\r\n"),
+        "{seen}"
+    );
+    assert!(
+        !seen.to_ascii_lowercase().contains("x-drop") && !seen.contains("Connection"),
+        "{seen}"
+    );
+    assert_eq!(header(&seen, "x-forwarded-for"), Some("9.9.9.9, 127.0.0.1"));
+    assert_eq!(header(&seen, "x-forwarded-proto"), Some("http"));
+    assert_eq!(header(&seen, "x-forwarded-host"), Some("shop.test"));
+    assert!(header(&r.head, "date").is_some());
+
+    // A request with a body: hyper serves it, on the same connection...
+    let r = c
+        .send("POST /up HTTP/1.1\r\nHost: shop.test\r\nX-Custom-Case: Yes\r\nContent-Length: 5\r\n\r\nhello", false)
+        .await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"/up"[..]));
+    // ...and everything after it (hyper writes header names in lower case).
+    let r = c.get("/after", "X-Custom-Case: Yes\r\n").await;
+    assert_eq!(r.status, 200);
+    let heads = up.heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 3);
+    assert!(
+        heads[1].starts_with("POST /up HTTP/1.1\r\n") && heads[1].contains("x-custom-case: Yes"),
+        "{}",
+        heads[1]
+    );
+    assert!(heads[2].contains("x-custom-case: Yes"), "{}", heads[2]);
+
+    // Pipelined simple requests on a fresh connection: answered in order.
+    let mut p = Raw::to(app.proxy_addr()).await;
+    let two =
+        "GET /1 HTTP/1.1\r\nHost: shop.test\r\n\r\nGET /2 HTTP/1.1\r\nHost: shop.test\r\n\r\n";
+    p.s.write_all(two.as_bytes()).await.unwrap();
+    for want in ["/1", "/2"] {
+        let r = read_response(&mut p.s, &mut p.buf, false).await;
+        assert_eq!((r.status, r.body.as_slice()), (200, want.as_bytes()));
+    }
+}
+
+#[tokio::test]
+async fn the_fast_path_can_be_turned_off() {
+    let up = scripted(|_, _| ok("x")).await;
+    let app = proxy(&format!(
+        "proxy: {{ http1FastPath: false }}\n{}",
+        one_route_config(up.addr)
+    ))
+    .await;
+    let mut c = Raw::to(app.proxy_addr()).await;
+    assert_eq!(c.get("/", "X-Custom-Case: Yes\r\n").await.status, 200);
+    let seen = up.heads.lock().unwrap()[0].clone();
+    assert!(
+        seen.contains("x-custom-case: Yes"),
+        "hyper's lower case expected: {seen}"
+    );
+}
+
+#[tokio::test]
+async fn upstream_connections_are_pooled_and_reaped() {
+    let up = scripted(|n, _| ok(&n.to_string())).await;
+    let app = proxy(&format!(
+        "proxy: {{ upstreamIdleTimeout: 400ms }}\n{}",
+        one_route_config(up.addr)
+    ))
+    .await;
+    let mut a = Raw::to(app.proxy_addr()).await;
+    let mut b = Raw::to(app.proxy_addr()).await;
+    for i in 0..20 {
+        assert_eq!(a.get("/", "").await.status, 200);
+        let r = b.get("/", "").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.body,
+            (2 * i + 1).to_string().as_bytes(),
+            "one upstream connection, used in turn"
+        );
+    }
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        1,
+        "sequential requests share one upstream connection"
+    );
+    // Idle past upstreamIdleTimeout: the pool closes it.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            up.closed_by_peer.load(Ordering::SeqCst) == 1
+        })
+        .await,
+        "the idle upstream connection was not closed"
+    );
+    assert_eq!(a.get("/", "").await.status, 200);
+    assert_eq!(up.conns.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_closed_by_the_upstream_is_retried_for_idempotent_methods_only() {
+    // Every connection answers its first request and hangs up on the second
+    // one: the race of an upstream keep-alive timeout, made certain.
+    let up = scripted(|n, _| if n == 0 { ok("fresh") } else { Reply::Hangup }).await;
+    let app = proxy(&one_route_config(up.addr)).await;
+    let mut c = Raw::to(app.proxy_addr()).await;
+    for _ in 0..5 {
+        let r = c.get("/", "").await;
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"fresh"[..]));
+    }
+    assert_eq!(up.conns.load(Ordering::SeqCst), 5);
+    // POST is not idempotent: the upstream may have acted on it; 502.
+    let r = c
+        .send(
+            "POST / HTTP/1.1\r\nHost: shop.test\r\nContent-Length: 0\r\n\r\n",
+            false,
+        )
+        .await;
+    assert_eq!(r.status, 502);
+    assert_eq!(header(&r.head, "x-weir-error"), Some("upstream-failed"));
+}
+
+#[tokio::test]
+async fn every_response_framing_is_forwarded_whole() {
+    let up = scripted(|_, head| {
+        let path = head.split(' ').nth(1).unwrap().to_string();
+        let pieces: Vec<&[u8]> = match path.as_str() {
+            "/chunked" => vec![
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+                b"lo\r\n",
+                b"6;ext=1\r\n world\r\n0\r\nx-trailer: 1\r\n",
+                b"\r\n",
+            ],
+            "/length" => vec![
+                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhel",
+                b"lo world",
+            ],
+            "/head" => vec![b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"],
+            "/early" => vec![
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n",
+                b"HTTP/1.1 204 No Content\r\n\r\n",
+            ],
+            "/close" => {
+                return Reply::Send(
+                    vec![b"HTTP/1.1 200 OK\r\n\r\nhello".to_vec(), b" world".to_vec()],
+                    true,
+                )
+            }
+            "/bad" => vec![b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"],
+            _ => vec![b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"],
+        };
+        Reply::Send(pieces.into_iter().map(<[u8]>::to_vec).collect(), false)
+    })
+    .await;
+    let app = proxy(&one_route_config(up.addr)).await;
+    let mut c = Raw::to(app.proxy_addr()).await;
+    let r = c.get("/chunked", "").await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello world"[..]));
+    let r = c.get("/length", "").await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello world"[..]));
+    let r = c
+        .send("HEAD /head HTTP/1.1\r\nHost: shop.test\r\n\r\n", true)
+        .await;
+    assert_eq!(
+        (r.status, header(&r.head, "content-length")),
+        (200, Some("100"))
+    );
+    let r = c.get("/early", "").await;
+    assert_eq!(r.status, 204, "the interim 103 is not forwarded");
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        1,
+        "all of the above on one upstream connection"
+    );
+    // Close-delimited: re-framed as chunked, the client connection stays.
+    let r = c.get("/close", "").await;
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello world"[..]));
+    assert_eq!(header(&r.head, "transfer-encoding"), Some("chunked"));
+    let r = c.get("/bad", "").await;
+    assert_eq!(r.status, 502, "conflicting Content-Length values");
+    assert_eq!(c.get("/length", "").await.body, b"hello world");
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        3,
+        "neither the closed nor the broken one was reused"
+    );
+}
+
+#[tokio::test]
+async fn a_client_asking_to_close_gets_connection_close_and_a_closed_connection() {
+    let up = scripted(|_, _| ok("bye")).await;
+    let app = proxy(&one_route_config(up.addr)).await;
+    let mut c = Raw::to(app.proxy_addr()).await;
+    let r = c.get("/", "Connection: close\r\n").await;
+    assert_eq!(
+        (r.status, header(&r.head, "connection")),
+        (200, Some("close"))
+    );
+    assert!(c.closed().await);
+    // The same for an answer weir makes itself.
+    let app2 = proxy("backends:\n  b: { endpoints: [\"127.0.0.1:1\"] }\nroutes:\n  - { name: r, hosts: [other.test], primary: b }\n").await;
+    let mut c = Raw::to(app2.proxy_addr()).await;
+    let r = c.get("/", "Connection: close\r\n").await;
+    assert_eq!(
+        (r.status, header(&r.head, "x-weir-error")),
+        (404, Some("no-route"))
+    );
+    assert_eq!(header(&r.head, "connection"), Some("close"));
+    assert!(c.closed().await);
+}
