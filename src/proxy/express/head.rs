@@ -160,7 +160,7 @@ pub fn write_upstream_head(
     out: &mut Vec<u8>,
     req: &FastRequest<'_>,
     headers: &[httparse::Header<'_>],
-    peer: std::net::IpAddr,
+    peer_ip: &str,
 ) {
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
@@ -189,7 +189,7 @@ pub fn write_upstream_head(
         }
         _ => {}
     }
-    push_ip(out, peer);
+    out.extend_from_slice(peer_ip.as_bytes());
     out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     push_header(out, b"x-forwarded-host", req.host.as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -200,11 +200,6 @@ fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
-    use std::io::Write;
-    let _ = write!(out, "{ip}");
 }
 
 /// How the response body is delimited.

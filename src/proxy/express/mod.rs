@@ -69,39 +69,61 @@ enum Next {
     Handoff,
 }
 
+/// Per-connection facts the request path reads.
+struct Client<'a> {
+    shared: &'a Arc<ProxyShared>,
+    peer: SocketAddr,
+    /// The peer's address as text, formatted once (X-Forwarded-For).
+    peer_ip: &'a str,
+    /// True once a graceful shutdown has begun.
+    shutdown: &'a watch::Receiver<bool>,
+}
+
 /// Serves one plain client connection until it closes, or hands it to hyper.
 pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
-    let mut shutdown = conn.shutdown.clone();
     let shared = conn.shared.clone();
-    let peer = conn.peer;
+    let peer_ip = conn.peer.ip().to_string();
     let limit = FAST_HEAD_LIMIT.min(shared.settings.max_header_bytes);
+    let header_read = shared.settings.header_read_timeout;
+    // One of each per connection, re-armed per request: moving a tokio timer's
+    // deadline later costs an atomic store, a new timer a wheel insert and
+    // removal; and the shutdown signal is subscribed to once.
+    let stop = shutting_down(conn.shutdown.clone());
+    let head_timer = tokio::time::sleep(header_read);
+    let upstream_timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(stop, head_timer, upstream_timer);
     let mut buf = Vec::new();
     loop {
+        head_timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + header_read);
         let read = tokio::select! {
             biased;
-            () = shutting_down(&mut shutdown) => return,
-            r = tokio::time::timeout(
-                shared.settings.header_read_timeout,
-                read_head(&stream, &mut buf, limit),
-            ) => r,
-        };
-        let end = match read {
-            Ok(Ok(Some(Some(end)))) => end,
-            Ok(Ok(Some(None))) => return handoff(stream, buf, conn).await,
-            Ok(Ok(None)) | Ok(Err(_)) => return,
-            Err(_) => {
-                tracing::debug!(target: "weir::conn", %peer, "no request head within the header read timeout; closing");
+            () = &mut stop => return,
+            r = read_head(&mut stream, &mut buf, limit) => r,
+            () = head_timer.as_mut() => {
+                tracing::debug!(target: "weir::conn", peer = %conn.peer, "no request head within the header read timeout; closing");
                 return;
             }
+        };
+        let end = match read {
+            Ok(Some(Some(end))) => end,
+            Ok(Some(None)) => return handoff(stream, buf, conn).await,
+            Ok(None) | Err(_) => return,
+        };
+        let client = Client {
+            shared: &shared,
+            peer: conn.peer,
+            peer_ip: &peer_ip,
+            shutdown: &conn.shutdown,
         };
         // Boxed: its state is only needed while a request is in flight.
         let next = Box::pin(serve_one(
             &mut stream,
             &mut buf,
             end,
-            &shared,
-            peer,
-            &shutdown,
+            &client,
+            upstream_timer.as_mut(),
         ))
         .await;
         match next {
@@ -117,7 +139,7 @@ pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
 }
 
 /// Resolves once a graceful shutdown has begun (never if nobody can start one).
-async fn shutting_down(rx: &mut watch::Receiver<bool>) {
+async fn shutting_down(mut rx: watch::Receiver<bool>) {
     if rx.wait_for(|v| *v).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -135,7 +157,7 @@ async fn handoff(stream: TcpStream, buf: Vec<u8>, conn: Conn) {
 /// Reads until `buf` holds a whole head: `Some(Some(end))`; `Some(None)`
 /// when `limit` bytes hold none; `None` when the client closed.
 async fn read_head(
-    stream: &TcpStream,
+    stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     limit: usize,
 ) -> io::Result<Option<Option<usize>>> {
@@ -153,11 +175,10 @@ async fn read_head(
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
-        match stream.try_read_buf(buf) {
-            Ok(0) => return Ok(None),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
+        // `read_buf`, not `try_read_buf`: after a short read tokio forgets the
+        // socket's readiness, which saves a read that would only say EAGAIN.
+        if stream.read_buf(buf).await? == 0 {
+            return Ok(None);
         }
     }
 }
@@ -194,7 +215,7 @@ fn prepare(
     head: &[u8],
     shared: &ProxyShared,
     snap: &crate::control::store::Snapshot,
-    peer: SocketAddr,
+    cx: &Client<'_>,
 ) -> Prepared {
     let mut hs = [httparse::EMPTY_HEADER; REQUEST_HEADERS];
     let mut req = httparse::Request::new(&mut hs);
@@ -233,7 +254,7 @@ fn prepare(
             fast.query,
             &fast.method,
             req.headers,
-            peer.ip(),
+            cx.peer.ip(),
         );
         decide(&view, route, Draw::from_u64(r))
     };
@@ -262,7 +283,7 @@ fn prepare(
         };
     };
     let mut upstream_head = Vec::with_capacity(head.len() + 128);
-    head::write_upstream_head(&mut upstream_head, &fast, req.headers, peer.ip());
+    head::write_upstream_head(&mut upstream_head, &fast, req.headers, cx.peer_ip);
     let set_cookies = match &route.affinity {
         Some(cfg) if !decision.cookies.is_empty() => {
             decision.cookies.render(cfg, &route.affinity_state)
@@ -288,13 +309,13 @@ async fn serve_one(
     client: &mut TcpStream,
     buf: &mut Vec<u8>,
     end: usize,
-    shared: &Arc<ProxyShared>,
-    peer: SocketAddr,
-    shutdown: &watch::Receiver<bool>,
+    cx: &Client<'_>,
+    mut timer: std::pin::Pin<&mut tokio::time::Sleep>,
 ) -> Next {
+    let (shared, peer, shutdown) = (cx.shared, cx.peer, cx.shutdown);
     let start = Instant::now();
     let snap = shared.store.load();
-    let prepared = prepare(&buf[..end], shared, &snap, peer);
+    let prepared = prepare(&buf[..end], shared, &snap, cx);
     let mut f = match prepared {
         Prepared::Handoff => return Next::Handoff,
         Prepared::Forward(f) => f,
@@ -330,11 +351,14 @@ async fn serve_one(
     let s = &shared.settings;
     let _in_flight = InFlight::start(f.endpoint.clone());
     let mut rbuf = Vec::with_capacity(8192);
-    let exchanged = tokio::time::timeout(
-        route.timeout,
-        exchange(&f.endpoint, &f.upstream_head, &mut rbuf, f.idempotent, s),
-    )
-    .await;
+    timer
+        .as_mut()
+        .reset(tokio::time::Instant::from_std(start) + route.timeout);
+    let exchanged = tokio::select! {
+        biased;
+        r = exchange(&f.endpoint, &f.upstream_head, &mut rbuf, f.idempotent, s) => Ok(r),
+        () = timer.as_mut() => Err(()),
+    };
     let exchanged = match exchanged {
         Ok(Ok(x)) => Ok(x),
         Err(_) => Err((

@@ -183,7 +183,7 @@ fn upstream_head(raw: &[u8]) -> String {
     let r = parse_req(raw, &mut hs);
     let fast = head::analyze_request(&r, &s).expect("served");
     let mut out = Vec::new();
-    head::write_upstream_head(&mut out, &fast, r.headers, "10.1.2.3".parse().unwrap());
+    head::write_upstream_head(&mut out, &fast, r.headers, "10.1.2.3");
     String::from_utf8(out).unwrap()
 }
 
