@@ -445,3 +445,20 @@ async fn a_client_asking_to_close_gets_connection_close_and_a_closed_connection(
     assert_eq!(header(&r.head, "connection"), Some("close"));
     assert!(c.closed().await);
 }
+
+#[tokio::test]
+async fn bytes_that_cannot_be_a_request_are_answered_at_once() {
+    let up = scripted(|_, _| ok("x")).await;
+    let app = proxy(&one_route_config(up.addr)).await;
+    // A TLS ClientHello's first bytes on the clear-text port: no line end
+    // will come, and hyper's 400 must not wait for the header read timeout.
+    let mut c = Raw::to(app.proxy_addr()).await;
+    c.s.write_all(&[
+        0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+    ])
+    .await
+    .unwrap();
+    let r = read_response(&mut c.s, &mut c.buf, false).await;
+    assert_eq!(r.status, 400);
+    assert!(up.heads.lock().unwrap().is_empty());
+}

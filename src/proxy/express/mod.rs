@@ -166,7 +166,7 @@ async fn read_head(
             if let Some(end) = head::head_end(buf) {
                 return Ok(Some(Some(end)));
             }
-            if buf.len() >= limit {
+            if buf.len() >= limit || !could_be_a_head(buf) {
                 return Ok(Some(None));
             }
         }
@@ -181,6 +181,17 @@ async fn read_head(
             return Ok(None);
         }
     }
+}
+
+/// Whether the start of a head parses so far: bytes that cannot become a
+/// request (a TLS ClientHello on the clear-text port, binary noise) go to
+/// hyper at once, which answers 400, instead of waiting for a line end.
+fn could_be_a_head(partial: &[u8]) -> bool {
+    let mut hs = [httparse::EMPTY_HEADER; REQUEST_HEADERS];
+    !matches!(
+        httparse::Request::new(&mut hs).parse(partial),
+        Err(e) if e != httparse::Error::TooManyHeaders
+    )
 }
 
 /// A request the fast path forwards, with everything decided.
