@@ -7,6 +7,48 @@
 //! on client or upstream input, never buffer a body whole (except a capped
 //! copy for mirroring), and never let a slow mirror touch the primary path.
 
+/// `AsyncWrite` for a wrapper `$ty<IO>` whose writes all go, unchanged, to
+/// its field `io` (the wrappers that only look at what is read).
+macro_rules! forward_async_write {
+    ($ty:ident) => {
+        impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<IO> {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.io.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+            }
+        }
+    };
+}
+
 pub mod body;
 pub mod client;
 pub mod errors;

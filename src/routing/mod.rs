@@ -116,16 +116,7 @@ impl<'a> RequestView<'a> {
         headers: &'a HeaderMap,
         source_ip: IpAddr,
     ) -> Self {
-        RequestView {
-            host,
-            path,
-            query,
-            method,
-            headers: Headers::Map(headers),
-            source_ip,
-            query_pairs: OnceCell::new(),
-            cookie_header: OnceCell::new(),
-        }
+        Self::with(host, path, query, method, Headers::Map(headers), source_ip)
     }
 
     /// The same view over a head as `httparse` left it (the HTTP/1 fast
@@ -138,12 +129,23 @@ impl<'a> RequestView<'a> {
         headers: &'a [httparse::Header<'a>],
         source_ip: IpAddr,
     ) -> Self {
+        Self::with(host, path, query, method, Headers::Raw(headers), source_ip)
+    }
+
+    fn with(
+        host: &'a str,
+        path: &'a str,
+        query: Option<&'a str>,
+        method: &'a Method,
+        headers: Headers<'a>,
+        source_ip: IpAddr,
+    ) -> Self {
         RequestView {
             host,
             path,
             query,
             method,
-            headers: Headers::Raw(headers),
+            headers,
             source_ip,
             query_pairs: OnceCell::new(),
             cookie_header: OnceCell::new(),

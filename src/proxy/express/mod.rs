@@ -678,12 +678,7 @@ async fn forward_body(
                     parts[1..].copy_from_slice(&[size.as_bytes(), avail, b"\r\n"]);
                 }
                 write_slices(client, &mut parts).await?;
-                rbuf.clear();
-                rbuf.reserve(BODY_READ);
-                let got = tokio::time::timeout(idle, up.read_buf(rbuf))
-                    .await
-                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "response body idle"))??;
-                if got == 0 {
+                if read_some(up, rbuf, idle).await? == 0 {
                     client.write_all(b"0\r\n\r\n").await?;
                     return Ok(false);
                 }
@@ -694,13 +689,18 @@ async fn forward_body(
 }
 
 /// Replaces `rbuf` with the next bytes from the upstream (within `idle`);
-/// the end of the stream is an error here (the body is not complete).
-async fn read_more(up: &mut TcpStream, rbuf: &mut Vec<u8>, idle: Duration) -> io::Result<usize> {
+/// 0 at the end of the stream.
+async fn read_some(up: &mut TcpStream, rbuf: &mut Vec<u8>, idle: Duration) -> io::Result<usize> {
     rbuf.clear();
     rbuf.reserve(BODY_READ);
-    let got = tokio::time::timeout(idle, up.read_buf(rbuf))
+    tokio::time::timeout(idle, up.read_buf(rbuf))
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "response body idle"))??;
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "response body idle"))?
+}
+
+/// [`read_some`] where the end of the stream is an error (the body is not complete).
+async fn read_more(up: &mut TcpStream, rbuf: &mut Vec<u8>, idle: Duration) -> io::Result<usize> {
+    let got = read_some(up, rbuf, idle).await?;
     if got == 0 {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,

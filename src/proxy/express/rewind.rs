@@ -4,23 +4,23 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
-/// `inner`, with `pre` read first.
-pub struct Rewind<T> {
+/// `io`, with `pre` read first.
+pub struct Rewind<IO> {
     pre: Vec<u8>,
     pos: usize,
-    inner: T,
+    io: IO,
 }
 
-impl<T> Rewind<T> {
-    /// Reads yield `pre`, then what `inner` yields.
-    pub fn new(pre: Vec<u8>, inner: T) -> Self {
-        Rewind { pre, pos: 0, inner }
+impl<IO> Rewind<IO> {
+    /// Reads yield `pre`, then what `io` yields.
+    pub fn new(pre: Vec<u8>, io: IO) -> Self {
+        Rewind { pre, pos: 0, io }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
+impl<IO: AsyncRead + Unpin> AsyncRead for Rewind<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -38,36 +38,8 @@ impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
             }
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        Pin::new(&mut this.io).poll_read(cx, buf)
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Rewind<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
+forward_async_write!(Rewind);
