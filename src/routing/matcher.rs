@@ -1,7 +1,7 @@
 //! A/B match rules (Flagger's `match` list) evaluated against a request view.
 
 use super::RegexMatcher;
-use super::RequestView;
+use super::{Headers, RequestView};
 use http::HeaderName;
 use ipnet::IpNet;
 
@@ -86,7 +86,14 @@ impl MatchRule {
                 let joined = req.joined_cookie_header();
                 m.matches_opt(joined.as_deref())
             } else {
-                m.matches_any(req.headers.values(name))
+                // Monomorphic per representation: a chained iterator over
+                // both cost a fifth of a decision.
+                match req.headers {
+                    Headers::Map(h) => {
+                        m.matches_any(h.get_all(name).iter().filter_map(|v| v.to_str().ok()))
+                    }
+                    Headers::Raw(_) => m.matches_any(req.headers.values(name)),
+                }
             };
             if !ok {
                 return false;

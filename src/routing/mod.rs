@@ -69,25 +69,48 @@ pub enum Headers<'a> {
 }
 
 impl<'a> Headers<'a> {
-    /// Every value of `name` as bytes, in order.
-    pub fn raw_values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a [u8]> + 'a {
+    /// Every value of `name` that is visible ASCII, in order. The map's
+    /// values are read as `HeaderValue::to_str` reads them (one pass).
+    pub fn values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a str> + 'a {
         let (map, raw) = match self {
-            Headers::Map(m) => (Some(m.get_all(name).iter().map(|v| v.as_bytes())), None),
+            Headers::Map(m) => (
+                Some(m.get_all(name).iter().filter_map(|v| v.to_str().ok())),
+                None,
+            ),
             Headers::Raw(h) => (
                 None,
                 Some(
                     h.iter()
                         .filter(move |h| h.name.eq_ignore_ascii_case(name.as_str()))
-                        .map(|h| h.value),
+                        .filter_map(|h| as_visible_str(h.value)),
                 ),
             ),
         };
         map.into_iter().flatten().chain(raw.into_iter().flatten())
     }
 
-    /// Every value of `name` that is visible ASCII, in order.
-    pub fn values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a str> + 'a {
-        self.raw_values(name).filter_map(as_visible_str)
+    /// The one `Cookie` header, `Absent`, or `Many`.
+    fn cookie(self) -> CookieHeader<'a> {
+        match self {
+            Headers::Map(m) => {
+                let mut all = m.get_all(http::header::COOKIE).iter();
+                match (all.next(), all.next()) {
+                    (None, _) => CookieHeader::Absent,
+                    (Some(v), None) => v.to_str().map_or(CookieHeader::Many, CookieHeader::One),
+                    _ => CookieHeader::Many,
+                }
+            }
+            Headers::Raw(h) => {
+                let mut all = h.iter().filter(|h| h.name.eq_ignore_ascii_case("cookie"));
+                match (all.next(), all.next()) {
+                    (None, _) => CookieHeader::Absent,
+                    (Some(v), None) => {
+                        as_visible_str(v.value).map_or(CookieHeader::Many, CookieHeader::One)
+                    }
+                    _ => CookieHeader::Many,
+                }
+            }
+        }
     }
 }
 
@@ -153,14 +176,7 @@ impl<'a> RequestView<'a> {
     }
 
     fn cookie_header(&self) -> CookieHeader<'a> {
-        *self.cookie_header.get_or_init(|| {
-            let mut all = self.headers.raw_values(&http::header::COOKIE);
-            match (all.next(), all.next()) {
-                (None, _) => CookieHeader::Absent,
-                (Some(v), None) => as_visible_str(v).map_or(CookieHeader::Many, CookieHeader::One),
-                _ => CookieHeader::Many,
-            }
-        })
+        *self.cookie_header.get_or_init(|| self.headers.cookie())
     }
 
     /// Every Cookie header that is visible ASCII, in order.
