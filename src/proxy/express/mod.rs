@@ -96,7 +96,7 @@ pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
     loop {
         head_timer
             .as_mut()
-            .reset(tokio::time::Instant::now() + header_read);
+            .reset(deadline(tokio::time::Instant::now(), header_read));
         let read = tokio::select! {
             biased;
             () = &mut stop => return,
@@ -136,6 +136,13 @@ pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
             buf = Vec::new();
         }
     }
+}
+
+/// `from + d`, or one far enough away when that overflows: timeouts have no
+/// upper bound in the config, and an absurd one must not panic a connection.
+fn deadline(from: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    from.checked_add(d)
+        .unwrap_or_else(|| from + Duration::from_secs(86_400 * 365 * 30))
 }
 
 /// Resolves once a graceful shutdown has begun (never if nobody can start one).
@@ -362,9 +369,10 @@ async fn serve_one(
     let s = &shared.settings;
     let _in_flight = InFlight::start(f.endpoint.clone());
     let mut rbuf = Vec::with_capacity(8192);
-    timer
-        .as_mut()
-        .reset(tokio::time::Instant::from_std(start) + route.timeout);
+    timer.as_mut().reset(deadline(
+        tokio::time::Instant::from_std(start),
+        route.timeout,
+    ));
     let exchanged = tokio::select! {
         biased;
         r = exchange(&f.endpoint, &f.upstream_head, &mut rbuf, f.idempotent, s) => Ok(r),

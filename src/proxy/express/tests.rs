@@ -398,3 +398,11 @@ fn errors_are_the_general_paths() {
     assert_eq!(general.status().as_u16(), 404);
     assert_eq!(general.headers()["x-weir-error"], "no-route");
 }
+
+#[test]
+fn an_unbounded_timeout_is_a_far_deadline_not_a_panic() {
+    let now = tokio::time::Instant::now();
+    assert!(super::deadline(now, std::time::Duration::MAX) > now);
+    let d = std::time::Duration::from_secs(5);
+    assert_eq!(super::deadline(now, d), now + d);
+}
