@@ -61,9 +61,14 @@ impl ProxyError {
         }
     }
 
+    /// The plain-text body of the response: the code, then the detail.
+    pub fn body(self, detail: &str) -> String {
+        format!("{}: {}\n", self.code(), detail)
+    }
+
     /// The response sent to the client.
     pub fn response(self, detail: &str) -> Response<ProxyBody> {
-        let mut r = Response::new(ProxyBody::full(format!("{}: {}\n", self.code(), detail)));
+        let mut r = Response::new(ProxyBody::full(self.body(detail)));
         *r.status_mut() = self.status();
         let h = r.headers_mut();
         h.insert(

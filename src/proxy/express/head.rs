@@ -396,7 +396,7 @@ pub fn write_error(
     close: bool,
     date: &[u8],
 ) {
-    let body = format!("{}: {}\n", err.code(), detail);
+    let body = err.body(detail);
     let status = err.status();
     out.extend_from_slice(b"HTTP/1.1 ");
     push_status(out, status.as_u16());

@@ -218,17 +218,22 @@ struct Forward {
     log: Option<(http::Method, String, String)>,
 }
 
+/// An answer weir makes itself instead of forwarding.
+struct Answer {
+    err: ProxyError,
+    detail: String,
+    /// The route and side it counts against (none for 404).
+    counted: Option<(usize, Role)>,
+    /// The client asked to close after this exchange.
+    close: bool,
+    log: Option<(http::Method, String, String)>,
+}
+
 /// Parses and decides one request head (no IO).
 enum Prepared {
     Forward(Box<Forward>),
-    /// weir answers itself (404, 503) and the route it counts against.
-    Answer {
-        err: ProxyError,
-        detail: String,
-        counted: Option<(usize, Role)>,
-        close: bool,
-        log: Option<(http::Method, String, String)>,
-    },
+    /// weir answers itself (404, 503).
+    Answer(Answer),
     Handoff,
 }
 
@@ -251,13 +256,13 @@ fn prepare(
     let log = access_log_on(shared)
         .then(|| (fast.method.clone(), host.to_string(), fast.path.to_string()));
     let Some(idx) = snap.spec.routing.find(&host, fast.path) else {
-        return Prepared::Answer {
+        return Prepared::Answer(Answer {
             err: ProxyError::NoRoute,
             detail: "no route for this host and path".into(),
             counted: None,
             close: fast.close,
             log,
-        };
+        });
     };
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
@@ -295,13 +300,13 @@ fn prepare(
         return Prepared::Handoff;
     }
     let Some(endpoint) = backend.pick(r.rotate_left(17)) else {
-        return Prepared::Answer {
+        return Prepared::Answer(Answer {
             err: ProxyError::NoEndpoint,
             detail: format!("backend {} has no ready endpoint", backend.name),
             counted: Some((idx, role)),
             close: fast.close,
             log,
-        };
+        });
     };
     let mut upstream_head = Vec::with_capacity(head.len() + 128);
     head::write_upstream_head(&mut upstream_head, &fast, req.headers, cx.peer_ip);
@@ -340,30 +345,9 @@ async fn serve_one(
     let mut f = match prepared {
         Prepared::Handoff => return Next::Handoff,
         Prepared::Forward(f) => f,
-        Prepared::Answer {
-            err,
-            detail,
-            counted,
-            close,
-            log,
-        } => {
+        Prepared::Answer(a) => {
             buf.drain(..end);
-            if let Some((idx, role)) = counted {
-                record_error(shared, &snap.routes[idx], role, err, start);
-            }
-            let route = counted.map(|(i, _)| snap.spec.routing.routes[i].name.as_str());
-            let close = close || *shutdown.borrow();
-            let mut out = Vec::with_capacity(256);
-            head::write_error(&mut out, err, &detail, close, &http_date());
-            let sent = client.write_all(&out).await;
-            if let Some((m, h, p)) = &log {
-                log_access(shared, peer, m, h, p, route, err.status().as_u16(), start);
-            }
-            return if close || sent.is_err() {
-                Next::Close
-            } else {
-                Next::KeepAlive
-            };
+            return answer(client, cx, &snap, a, start).await;
         }
     };
     buf.drain(..end);
@@ -410,17 +394,7 @@ async fn serve_one(
         Ok(x) => x,
         Err((err, detail)) => {
             f.backend.observe(&f.endpoint, true);
-            return answer_error(
-                client,
-                shared,
-                &snap,
-                &f,
-                err,
-                &detail,
-                (peer, shutdown),
-                start,
-            )
-            .await;
+            return answer(client, cx, &snap, f.failed(err, detail), start).await;
         }
     };
 
@@ -453,14 +427,11 @@ async fn serve_one(
                 tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, why, "unusable response");
                 f.backend.observe(&f.endpoint, true);
                 let detail = format!("{} broke the exchange", f.endpoint.address);
-                return answer_error(
+                return answer(
                     client,
-                    shared,
+                    cx,
                     &snap,
-                    &f,
-                    ProxyError::Upstream,
-                    &detail,
-                    (peer, shutdown),
+                    f.failed(ProxyError::Upstream, detail),
                     start,
                 )
                 .await;
@@ -507,35 +478,40 @@ async fn serve_one(
     }
 }
 
-/// Answers with a weir-made error counted against the side.
-#[allow(clippy::too_many_arguments)]
-async fn answer_error(
+impl Forward {
+    /// The answer when the upstream gave none that can be forwarded.
+    fn failed(&mut self, err: ProxyError, detail: String) -> Answer {
+        Answer {
+            err,
+            detail,
+            counted: Some((self.route, self.role)),
+            close: self.close,
+            log: self.log.take(),
+        }
+    }
+}
+
+/// Sends a weir-made answer, counting it against its side when it has one.
+async fn answer(
     client: &mut TcpStream,
-    shared: &Arc<ProxyShared>,
+    cx: &Client<'_>,
     snap: &crate::control::store::Snapshot,
-    f: &Forward,
-    err: ProxyError,
-    detail: &str,
-    (peer, shutdown): (SocketAddr, &watch::Receiver<bool>),
+    a: Answer,
     start: Instant,
 ) -> Next {
-    record_error(shared, &snap.routes[f.route], f.role, err, start);
-    let close = f.close || *shutdown.borrow();
+    if let Some((idx, role)) = a.counted {
+        record_error(cx.shared, &snap.routes[idx], role, a.err, start);
+    }
+    let close = a.close || *cx.shutdown.borrow();
     let mut out = Vec::with_capacity(256);
-    head::write_error(&mut out, err, detail, close, &http_date());
+    head::write_error(&mut out, a.err, &a.detail, close, &http_date());
     let sent = client.write_all(&out).await;
-    if let Some((m, h, p)) = &f.log {
-        let route = &snap.spec.routing.routes[f.route].name;
-        log_access(
-            shared,
-            peer,
-            m,
-            h,
-            p,
-            Some(route),
-            err.status().as_u16(),
-            start,
-        );
+    if let Some((m, h, p)) = &a.log {
+        let route = a
+            .counted
+            .map(|(i, _)| snap.spec.routing.routes[i].name.as_str());
+        let status = a.err.status().as_u16();
+        log_access(cx.shared, cx.peer, m, h, p, route, status, start);
     }
     if close || sent.is_err() {
         Next::Close
