@@ -64,16 +64,6 @@ impl IdlePool {
             tokio::spawn(reap(Arc::downgrade(ep), max_idle));
         }
     }
-
-    /// Idle connections held now.
-    pub fn len(&self) -> usize {
-        self.inner.lock().map(|i| i.conns.len()).unwrap_or(0)
-    }
-
-    /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Closes connections idle for `max_idle`, until the pool is empty or the
