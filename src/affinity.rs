@@ -4,7 +4,7 @@
 //! PURE: the cookie values are part of the routing table (written by the
 //! engine or filled in by the table store), never generated here, so every
 //! replica of a fleet pins a client the same way. No IO, no clock, no RNG.
-//! Cookies are read parsed (see `RequestView::cookies`), never with a loose
+//! Cookies are read parsed (see `RequestView::any_cookie`), never with a loose
 //! regex, and a client's cookie can never select a canary that is not running.
 
 use crate::routing::RequestView;
@@ -77,11 +77,15 @@ pub fn pin(
     running: bool,
 ) -> Pin {
     let mut stale = None;
-    for v in req.cookie_values(&cfg.cookie_name) {
+    let pinned = req.any_cookie(&cfg.cookie_name, |v| {
         if running && state.canary_value.as_deref() == Some(&*v) {
-            return Pin::Canary;
+            return true;
         }
         stale.get_or_insert_with(|| v.into_owned());
+        false
+    });
+    if pinned {
+        return Pin::Canary;
     }
     if running {
         if let (Some(name), Some(value)) = (&cfg.primary_cookie_name, &state.primary_value) {

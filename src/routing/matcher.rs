@@ -1,7 +1,7 @@
 //! A/B match rules (Flagger's `match` list) evaluated against a request view.
 
 use super::RegexMatcher;
-use super::{Headers, RequestView};
+use super::{is_visible, CookieHeader, Headers, RequestView};
 use http::HeaderName;
 use ipnet::IpNet;
 
@@ -21,10 +21,16 @@ pub enum StringMatcher {
 impl StringMatcher {
     /// Tests one concrete value.
     pub fn matches_value(&self, v: &str) -> bool {
+        self.matches_bytes(v.as_bytes())
+    }
+
+    /// The same on bytes: the pattern decides before anything else is
+    /// looked at (a regex's literal scan usually rejects the value).
+    fn matches_bytes(&self, v: &[u8]) -> bool {
         match self {
-            StringMatcher::Exact(s) => v == s,
-            StringMatcher::Prefix(s) => v.starts_with(s.as_str()),
-            StringMatcher::Suffix(s) => v.ends_with(s.as_str()),
+            StringMatcher::Exact(s) => v == s.as_bytes(),
+            StringMatcher::Prefix(s) => v.starts_with(s.as_bytes()),
+            StringMatcher::Suffix(s) => v.ends_with(s.as_bytes()),
             StringMatcher::Regex(r) => r.is_match(v),
             StringMatcher::Present(p) => *p,
         }
@@ -42,6 +48,17 @@ impl StringMatcher {
     /// The same for a single optional value.
     pub fn matches_opt(&self, value: Option<&str>) -> bool {
         self.matches_any(value.into_iter())
+    }
+
+    /// The same for the values of a header as raw bytes, which exist only
+    /// when visible (as `HeaderValue::to_str` reads them). Visibility is
+    /// checked after the pattern: a value that does not match cannot match
+    /// once it is visible either.
+    fn matches_header<'v>(&self, mut values: impl Iterator<Item = &'v [u8]>) -> bool {
+        match self {
+            StringMatcher::Present(p) => values.any(is_visible) == *p,
+            _ => values.any(|v| self.matches_bytes(v) && is_visible(v)),
+        }
     }
 }
 
@@ -83,16 +100,27 @@ impl MatchRule {
             let ok = if name == http::header::COOKIE {
                 // HTTP/2 clients split cookies over several headers; a
                 // Flagger cookie regex expects them joined (RFC 9113 §8.2.3).
-                let joined = req.joined_cookie_header();
-                m.matches_opt(joined.as_deref())
+                match req.cookie_header() {
+                    CookieHeader::One(v) => m.matches_header(std::iter::once(v)),
+                    _ => m.matches_opt(req.joined_cookie_header().as_deref()),
+                }
             } else {
                 // Monomorphic per representation: a chained iterator over
                 // both cost a fifth of a decision.
                 match req.headers {
                     Headers::Map(h) => {
-                        m.matches_any(h.get_all(name).iter().filter_map(|v| v.to_str().ok()))
+                        m.matches_header(h.get_all(name).iter().map(|v| v.as_bytes()))
                     }
-                    Headers::Raw(_) => m.matches_any(req.headers.values(name)),
+                    Headers::Raw(h) => {
+                        // Once, not per header: a standard name's text is a
+                        // table lookup through a jump.
+                        let name = name.as_str();
+                        m.matches_header(
+                            h.iter()
+                                .filter(|h| h.name.eq_ignore_ascii_case(name))
+                                .map(|h| h.value),
+                        )
+                    }
                 }
             };
             if !ok {
@@ -100,7 +128,11 @@ impl MatchRule {
             }
         }
         for (name, m) in &self.cookies {
-            if !m.matches_any(req.cookie_values(name)) {
+            let ok = match m {
+                StringMatcher::Present(p) => req.any_cookie(name, |_| true) == *p,
+                _ => req.any_cookie(name, |v| m.matches_value(&v)),
+            };
+            if !ok {
                 return false;
             }
         }

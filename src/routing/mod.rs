@@ -49,10 +49,12 @@ pub struct RequestView<'a> {
 }
 
 #[derive(Clone, Copy)]
-enum CookieHeader<'a> {
+pub(super) enum CookieHeader<'a> {
     Absent,
-    One(&'a str),
-    /// Several (or one that is not visible ASCII): read them from the map.
+    /// The only Cookie header, not yet checked for visibility: most rules
+    /// reject it on a scan for a literal, and only a candidate is checked.
+    One(&'a [u8]),
+    /// Several: read them from the headers.
     Many,
 }
 
@@ -69,55 +71,57 @@ pub enum Headers<'a> {
 }
 
 impl<'a> Headers<'a> {
-    /// Every value of `name` that is visible ASCII, in order. The map's
-    /// values are read as `HeaderValue::to_str` reads them (one pass).
+    /// Every value of `name` that is visible ASCII, in order.
     pub fn values(self, name: &'a http::HeaderName) -> impl Iterator<Item = &'a str> + 'a {
         let (map, raw) = match self {
-            Headers::Map(m) => (
-                Some(m.get_all(name).iter().filter_map(|v| v.to_str().ok())),
-                None,
-            ),
-            Headers::Raw(h) => (
-                None,
-                Some(
-                    h.iter()
-                        .filter(move |h| h.name.eq_ignore_ascii_case(name.as_str()))
-                        .filter_map(|h| as_visible_str(h.value)),
-                ),
-            ),
+            Headers::Map(m) => (Some(m.get_all(name).iter().map(|v| v.as_bytes())), None),
+            Headers::Raw(h) => {
+                let name = name.as_str();
+                (
+                    None,
+                    Some(
+                        h.iter()
+                            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+                            .map(|h| h.value),
+                    ),
+                )
+            }
         };
-        map.into_iter().flatten().chain(raw.into_iter().flatten())
+        map.into_iter()
+            .flatten()
+            .chain(raw.into_iter().flatten())
+            .filter_map(as_visible_str)
     }
 
     /// The one `Cookie` header, `Absent`, or `Many`.
     fn cookie(self) -> CookieHeader<'a> {
+        let one_or_many = |first: Option<&'a [u8]>, second: bool| match (first, second) {
+            (None, _) => CookieHeader::Absent,
+            (Some(v), false) => CookieHeader::One(v),
+            (Some(_), true) => CookieHeader::Many,
+        };
         match self {
             Headers::Map(m) => {
                 let mut all = m.get_all(http::header::COOKIE).iter();
-                match (all.next(), all.next()) {
-                    (None, _) => CookieHeader::Absent,
-                    (Some(v), None) => v.to_str().map_or(CookieHeader::Many, CookieHeader::One),
-                    _ => CookieHeader::Many,
-                }
+                one_or_many(all.next().map(|v| v.as_bytes()), all.next().is_some())
             }
             Headers::Raw(h) => {
                 let mut all = h.iter().filter(|h| h.name.eq_ignore_ascii_case("cookie"));
-                match (all.next(), all.next()) {
-                    (None, _) => CookieHeader::Absent,
-                    (Some(v), None) => {
-                        as_visible_str(v.value).map_or(CookieHeader::Many, CookieHeader::One)
-                    }
-                    _ => CookieHeader::Many,
-                }
+                one_or_many(all.next().map(|h| h.value), all.next().is_some())
             }
         }
     }
 }
 
-/// `v` as text when every byte is visible ASCII, space or tab (exactly
-/// what `HeaderValue::to_str` accepts).
+/// Every byte is visible ASCII, space or tab: exactly what
+/// `HeaderValue::to_str` accepts.
+pub fn is_visible(v: &[u8]) -> bool {
+    v.iter().all(|&b| (32..127).contains(&b) || b == b'\t')
+}
+
+/// `v` as text when it is visible (see [`is_visible`]).
 pub fn as_visible_str(v: &[u8]) -> Option<&str> {
-    if v.iter().all(|&b| (32..127).contains(&b) || b == b'\t') {
+    if is_visible(v) {
         std::str::from_utf8(v).ok()
     } else {
         None
@@ -125,8 +129,42 @@ pub fn as_visible_str(v: &[u8]) -> Option<&str> {
 }
 
 /// `needle` occurs in `hay` (see [`prefilter::occurs`]).
-fn contains(hay: &str, needle: &str) -> bool {
-    prefilter::occurs(hay.as_bytes(), needle.as_bytes(), false)
+fn contains(hay: &[u8], needle: &str) -> bool {
+    prefilter::occurs(hay, needle.as_bytes())
+}
+
+/// Offers each value of cookie `name` in one visible Cookie header to `f`
+/// until it returns true: exactly `Cookie::split_parse` (split at `;`, skip
+/// blank pieces, parse each trimmed piece), except that a piece which does
+/// not contain `name` is not parsed: it cannot yield that name, and parsing
+/// every cookie of a browser's header was most of the cost of a match rule.
+/// A value is percent-decoded (and only then copied) when it contains `%`.
+fn any_cookie_in(header: &str, name: &str, f: &mut impl FnMut(Cow<'_, str>) -> bool) -> bool {
+    header
+        .split(';')
+        .filter(|piece| contains(piece.as_bytes(), name))
+        .any(|piece| offer_cookie(piece, name, f))
+}
+
+/// Parses one piece of a Cookie header as `Cookie::split_parse` does and, if
+/// it is cookie `name`, offers its value to `f`.
+fn offer_cookie(piece: &str, name: &str, f: &mut impl FnMut(Cow<'_, str>) -> bool) -> bool {
+    let Ok(c) = cookie::Cookie::parse(piece.trim()) else {
+        return false;
+    };
+    if c.name_raw() != Some(name) {
+        return false;
+    }
+    let Some(raw) = c.value_raw() else {
+        return false;
+    };
+    if !raw.contains('%') {
+        return f(Cow::Borrowed(raw));
+    }
+    match cookie::Cookie::parse_encoded(format!("{name}={raw}")) {
+        Ok(decoded) => f(Cow::Owned(decoded.value().to_string())),
+        Err(_) => false,
+    }
 }
 
 impl<'a> RequestView<'a> {
@@ -175,62 +213,42 @@ impl<'a> RequestView<'a> {
         }
     }
 
-    fn cookie_header(&self) -> CookieHeader<'a> {
+    pub(super) fn cookie_header(&self) -> CookieHeader<'a> {
         *self.cookie_header.get_or_init(|| self.headers.cookie())
     }
 
-    /// Every Cookie header that is visible ASCII, in order.
-    fn cookie_headers<'s>(&'s self) -> impl Iterator<Item = &'s str> + 's {
-        let (one, many) = match self.cookie_header() {
-            CookieHeader::Absent => (None, None),
-            CookieHeader::One(v) => (Some(v), None),
-            CookieHeader::Many => (None, Some(self.headers.values(&http::header::COOKIE))),
-        };
-        one.into_iter().chain(many.into_iter().flatten())
-    }
-
-    /// Values of the cookie `name`, from every `Cookie` header (HTTP/2
-    /// clients split them), parsed with the `cookie` crate. Parsing borrows
-    /// from the header, so the common case allocates nothing; a value is
-    /// percent-decoded (and only then copied) when it contains `%`.
-    /// Malformed pairs are skipped, never fatal. A client may send a name
-    /// more than once: every value is returned.
-    ///
-    /// Exactly `Cookie::split_parse` (split at `;`, skip blank pieces, parse
-    /// each trimmed piece), except that a piece which does not contain `name`
-    /// is not parsed: it cannot yield that name, and parsing every cookie of a
-    /// browser's header was most of the cost of a match rule.
-    pub fn cookie_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = Cow<'s, str>> + 's {
-        self.cookie_headers()
-            .filter(move |h| contains(h, name))
-            .flat_map(|h| h.split(';'))
-            .filter(move |piece| contains(piece, name) && !piece.trim().is_empty())
-            .filter_map(move |piece| {
-                let c = cookie::Cookie::parse(piece.trim()).ok()?;
-                if c.name_raw()? != name {
-                    return None;
-                }
-                let raw = c.value_raw()?;
-                if !raw.contains('%') {
-                    return Some(Cow::Borrowed(raw));
-                }
-                let decoded = cookie::Cookie::parse_encoded(format!("{name}={raw}")).ok()?;
-                Some(Cow::Owned(decoded.value().to_string()))
-            })
+    /// Offers every value of cookie `name`, from every visible `Cookie`
+    /// header (HTTP/2 clients split them) in order, to `f` until it returns
+    /// true; returns whether it did. Parsed as the `cookie` crate parses
+    /// (see `any_cookie_in`); malformed pairs are skipped, never fatal; a
+    /// name sent more than once offers every value. The common case (the
+    /// name is absent) costs one scan of the header and allocates nothing.
+    pub fn any_cookie(&self, name: &str, mut f: impl FnMut(Cow<'_, str>) -> bool) -> bool {
+        match self.cookie_header() {
+            CookieHeader::Absent => false,
+            CookieHeader::One(h) => {
+                contains(h, name)
+                    && as_visible_str(h).is_some_and(|h| any_cookie_in(h, name, &mut f))
+            }
+            CookieHeader::Many => self
+                .headers
+                .values(&http::header::COOKIE)
+                .any(|h| any_cookie_in(h, name, &mut f)),
+        }
     }
 
     /// Whether cookie `name` is present with exactly `value`.
     pub fn has_cookie(&self, name: &str, value: &str) -> bool {
-        self.cookie_values(name).any(|v| v == value)
+        self.any_cookie(name, |v| v == value)
     }
 
-    /// All `Cookie` headers joined with `"; "`, as one HTTP/1 header would
-    /// be; borrowed when there is only one (the common case).
+    /// All visible `Cookie` headers joined with `"; "`, as one HTTP/1 header
+    /// would be; borrowed when there is only one (the common case).
     pub fn joined_cookie_header(&self) -> Option<Cow<'_, str>> {
         if let CookieHeader::One(v) = self.cookie_header() {
-            return Some(Cow::Borrowed(v));
+            return as_visible_str(v).map(Cow::Borrowed);
         }
-        let mut parts = self.cookie_headers();
+        let mut parts = self.headers.values(&http::header::COOKIE);
         let first = parts.next()?;
         let Some(second) = parts.next() else {
             return Some(Cow::Borrowed(first));

@@ -6,16 +6,15 @@
 //! `^(.*?;)?(canary=always)(;.*)?$`. So at compile time we derive from the
 //! pattern's syntax tree the literals every match must contain (`canary=always`;
 //! `android` and `mobile`, ASCII case-insensitively, for `(?i)android.*mobile`),
-//! and on the request path a `memmem` scan for them rejects most values before the
-//! regex runs.
+//! and on the request path a `memchr` scan for each literal's rarest byte rejects
+//! most values before the regex runs.
 //!
 //! What this must never do: change a result. The prefilter only ever answers
 //! "cannot match"; whenever every required literal is present the regex decides.
 //! The analysis is conservative: anything it does not understand requires
 //! nothing. The differential tests in `routing/prefilter_tests.rs` hold it to that.
 
-use memchr::memmem;
-use regex::Regex;
+use regex::bytes::Regex;
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 /// Literals shorter than this are too common to be worth a scan.
@@ -30,17 +29,54 @@ pub struct RegexMatcher {
     required: Vec<Needle>,
 }
 
+/// A literal every match contains.
 #[derive(Debug, Clone)]
-enum Needle {
-    /// These exact bytes.
-    Exact(Box<memmem::Finder<'static>>),
-    /// These bytes, ASCII letters in either case (stored lower-cased).
-    AsciiCaseless(Box<[u8]>),
+struct Needle {
+    /// The bytes; lower-cased when `caseless`.
+    bytes: Box<[u8]>,
+    /// ASCII letters match in either case.
+    caseless: bool,
+    /// Offset of the byte least common in text (memchr's frequency ranks):
+    /// the scan looks for it, so that a needle such as `android` does not
+    /// stop at the `a` of every `Mozilla`.
+    rare: usize,
 }
+
+/// How common a byte is in the header values rules test (cookies, user
+/// agents): memchr's own ranks are for prose and code, where `=` is rare; in
+/// a Cookie header it is in every pair.
+struct HeaderText;
+
+impl memchr::arch::all::packedpair::HeuristicFrequencyRank for HeaderText {
+    fn rank(&self, b: u8) -> u8 {
+        const LETTERS_BY_FREQUENCY: &[u8] = b"etaoinsrhldcumfpgwybvkxjqz";
+        let lower = b.to_ascii_lowercase();
+        match LETTERS_BY_FREQUENCY.iter().position(|&l| l == lower) {
+            // 250 for `e` down to 125 for `z`; capitals rarer still.
+            Some(i) => {
+                let r = 250 - 5 * i as u8;
+                if b.is_ascii_uppercase() {
+                    r / 2
+                } else {
+                    r
+                }
+            }
+            None if b.is_ascii_digit() || b" =;,./:-_()".contains(&b) => 255,
+            None => 20,
+        }
+    }
+}
+
+/// False starts a needle scan tolerates before it stops and lets the regex
+/// decide: whatever a client sends, the scan stays linear in the value.
+const MAX_FALSE_STARTS: usize = 8;
 
 impl RegexMatcher {
     /// Wraps an already-compiled regex (compiled with the default flags, which
-    /// the analysis re-parses the pattern with).
+    /// the analysis re-parses the pattern with). A bytes regex, so that a
+    /// header value is matched without first being checked as text; its
+    /// pattern must be one `regex::Regex` accepts (config validation checks),
+    /// and then it answers as that would on any text.
     pub fn new(regex: Regex) -> Self {
         let mut required = Vec::new();
         if let Ok(hir) = regex_syntax::parse(regex.as_str()) {
@@ -53,12 +89,11 @@ impl RegexMatcher {
             required = units
                 .into_iter()
                 .take(MAX_NEEDLES)
-                .map(|u| {
-                    if u.caseless {
-                        Needle::AsciiCaseless(u.bytes.into_boxed_slice())
-                    } else {
-                        Needle::Exact(Box::new(memmem::Finder::new(&u.bytes).into_owned()))
-                    }
+                .map(|u| Needle {
+                    rare: memchr::arch::all::packedpair::Pair::with_ranker(&u.bytes, HeaderText)
+                        .map_or(0, |p| usize::from(p.index1())),
+                    bytes: u.bytes.into_boxed_slice(),
+                    caseless: u.caseless,
                 })
                 .collect();
         }
@@ -71,9 +106,8 @@ impl RegexMatcher {
     }
 
     /// Exactly `Regex::is_match`, usually without running the regex.
-    pub fn is_match(&self, v: &str) -> bool {
-        let h = v.as_bytes();
-        self.required.iter().all(|n| n.occurs_in(h)) && self.regex.is_match(v)
+    pub fn is_match(&self, h: &[u8]) -> bool {
+        self.required.iter().all(|n| n.may_occur(h)) && self.regex.is_match(h)
     }
 
     /// How many literals the prefilter scans for (tests and docs).
@@ -83,22 +117,40 @@ impl RegexMatcher {
 }
 
 impl Needle {
-    fn occurs_in(&self, h: &[u8]) -> bool {
-        match self {
-            Needle::Exact(f) => f.find(h).is_some(),
-            Needle::AsciiCaseless(n) => occurs(h, n, true),
+    /// False only when `h` cannot contain the needle.
+    fn may_occur(&self, h: &[u8]) -> bool {
+        let n = &self.bytes[..];
+        if h.len() < n.len() {
+            return false;
+        }
+        let b = n[self.rare];
+        // A match starting at `i` has the rare byte at `i + rare`, for every
+        // start from 0 to h.len() - n.len(): `window[i]` is that byte.
+        let window = &h[self.rare..=h.len() - n.len() + self.rare];
+        let mut false_starts = 0;
+        let found_or_gave_up = |i: usize| {
+            let cand = &h[i..i + n.len()];
+            let hit = if self.caseless {
+                cand.eq_ignore_ascii_case(n)
+            } else {
+                same_bytes(cand, n)
+            };
+            false_starts += usize::from(!hit);
+            hit || false_starts > MAX_FALSE_STARTS
+        };
+        if self.caseless && b.is_ascii_lowercase() {
+            positions_of_either(b, b.to_ascii_uppercase(), window, found_or_gave_up)
+        } else {
+            positions_of(b, window, found_or_gave_up)
         }
     }
 }
 
-/// `needle` occurs in `h`; with `caseless`, ignoring ASCII case (the needle's
-/// letters stored lower-cased). A `memchr` for the first byte and a compare at
-/// each hit: for the short needles of routing (literals of a pattern, cookie
-/// names), cheaper than building a `memmem` searcher per call.
-// Inlined: called with a constant `caseless` on the request path, where the
-// branch then folds away (measured: decide() 134 → 123 ns).
+/// `needle` occurs in `h`. A `memchr` for the first byte and a compare at
+/// each hit: for the short needles of routing (cookie names), cheaper than
+/// building a `memmem` searcher per call.
 #[inline]
-pub(super) fn occurs(h: &[u8], needle: &[u8], caseless: bool) -> bool {
+pub(super) fn occurs(h: &[u8], needle: &[u8]) -> bool {
     let Some((&first, rest)) = needle.split_first() else {
         return true;
     };
@@ -106,19 +158,41 @@ pub(super) fn occurs(h: &[u8], needle: &[u8], caseless: bool) -> bool {
         return false;
     }
     let hay = &h[..=h.len() - needle.len()];
-    let at = |i: usize| {
-        let cand = &h[i + 1..i + needle.len()];
-        if caseless {
-            cand.eq_ignore_ascii_case(rest)
-        } else {
-            cand == rest
-        }
-    };
-    if caseless && first.is_ascii_lowercase() {
-        memchr::memchr2_iter(first, first.to_ascii_uppercase(), hay).any(at)
-    } else {
-        memchr::memchr_iter(first, hay).any(at)
+    positions_of(first, hay, |i| {
+        same_bytes(&h[i + 1..i + needle.len()], rest)
+    })
+}
+
+/// `a == b` for the few bytes of a needle, compared in place: slice
+/// equality calls libc's `memcmp`, whose call costs more than these compares.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// Whether `f` holds at some position of `b` in `h`, in order.
+///
+/// SSE2 is part of x86-64, so there memchr's SSE2 searcher is used directly:
+/// inlined, without `memchr()`'s run-time dispatch to AVX2, which costs more
+/// than it saves on header values of a few dozen bytes (measured: about a
+/// tenth of a routing decision).
+#[inline]
+fn positions_of(b: u8, h: &[u8], f: impl FnMut(usize) -> bool) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if let Some(one) = memchr::arch::x86_64::sse2::memchr::One::new(b) {
+        return one.iter(h).any(f);
     }
+    memchr::memchr_iter(b, h).any(f)
+}
+
+/// The same for either of two bytes.
+#[inline]
+fn positions_of_either(a: u8, b: u8, h: &[u8], f: impl FnMut(usize) -> bool) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if let Some(two) = memchr::arch::x86_64::sse2::memchr::Two::new(a, b) {
+        return two.iter(h).any(f);
+    }
+    memchr::memchr2_iter(a, b, h).any(f)
 }
 
 /// A run of adjacent literal bytes that every match contains.

@@ -470,10 +470,10 @@ fn mirror_only_for_primary_bound_requests_and_by_weight() {
     assert!(!d(10, 0).mirror, "canary-bound requests are never mirrored");
 }
 
-/// `cookie_values` skips the pieces that cannot hold the name; what it returns
+/// `any_cookie` skips the pieces that cannot hold the name; what it offers
 /// must still be exactly what `Cookie::split_parse` over every header gives.
 #[test]
-fn cookie_values_agree_with_split_parse() {
+fn any_cookie_agrees_with_split_parse() {
     let pieces = [
         "a=b",
         " canary=always",
@@ -497,7 +497,12 @@ fn cookie_values_agree_with_split_parse() {
     for _ in 0..5_000 {
         let mut r = Req::new("/");
         for _ in 0..1 + rng.next_u32() % 3 {
-            let n = rng.next_u32() % 5;
+            // Now and then a long header.
+            let n = if rng.next_u32() % 8 == 0 {
+                30 + rng.next_u32() % 8
+            } else {
+                rng.next_u32() % 5
+            };
             let h: Vec<&str> = (0..n)
                 .map(|_| pieces[rng.next_u32() as usize % pieces.len()])
                 .collect();
@@ -523,8 +528,161 @@ fn cookie_values_agree_with_split_parse() {
                 })
                 .collect();
             let view = r.view();
-            let got: Vec<String> = view.cookie_values(name).map(|v| v.into_owned()).collect();
+            let mut got: Vec<String> = Vec::new();
+            view.any_cookie(name, |v| {
+                got.push(v.into_owned());
+                false
+            });
             assert_eq!(got, want, "{name} in {:?}", r.headers);
+        }
+    }
+}
+
+/// Header and cookie rules give the same answer on hyper's map and on the
+/// fast path's raw list (names in any case), and both give what the
+/// definition says: a header value exists only when it is visible ASCII
+/// (`HeaderValue::to_str`), several Cookie headers are joined with "; ", and
+/// cookies are `Cookie::split_parse` over the visible Cookie headers.
+#[test]
+fn rules_read_map_and_raw_headers_alike_and_as_defined() {
+    let spec = table(
+        r#"  - name: r
+    primary: blue
+    canary: green
+    match:
+      - headers: { x-t: { exact: "a" } }
+      - headers: { x-t: { prefix: "a" } }
+      - headers: { x-t: { suffix: "z" } }
+      - headers: { x-t: { regex: "(?i)android.*mobile" } }
+      - headers: { x-t: { present: true } }
+      - headers: { x-t: { present: false } }
+      - headers: { cookie: { regex: "^(.*?;)?(canary=always)(;.*)?$" } }
+      - headers: { cookie: { present: false } }
+      - headers: { cookie: { suffix: "=1" } }
+      - cookies: { canary: { exact: "always" } }
+      - cookies: { canary: { present: true } }
+      - cookies: { canary: { present: false } }
+      - cookies: { canary: { regex: "^al" } }
+"#,
+    );
+    let route = &spec.routing.routes[0];
+    let x_t: &[&[u8]] = &[
+        b"a",
+        b"az",
+        b"xyz",
+        b"Android 14 Mobile",
+        b"android \xff mobile",
+        b"a\xe9",
+        b"a\tz",
+        b"",
+    ];
+    let cookies: &[&[u8]] = &[
+        b"canary=always",
+        b"a=1; canary=always",
+        b"canary=never; b=1",
+        b"canary=alw\xffays",
+        b"x=\xff; canary=always",
+        b"canary",
+        b"canary=%61lways",
+        b"",
+    ];
+    let mut rng = SmallRng::seed_from_u64(0x6d61_7072);
+    for _ in 0..4_000 {
+        let mut list: Vec<(&'static str, &[u8])> = Vec::new();
+        for _ in 0..rng.next_u32() % 3 {
+            list.push(("x-t", x_t[rng.next_u32() as usize % x_t.len()]));
+        }
+        for _ in 0..rng.next_u32() % 3 {
+            list.push(("cookie", cookies[rng.next_u32() as usize % cookies.len()]));
+        }
+        list.push(("accept", b"*/*"));
+        // Random order, so repeated names are interleaved with others.
+        for i in (1..list.len()).rev() {
+            list.swap(i, rng.next_u32() as usize % (i + 1));
+        }
+        let mut map = HeaderMap::new();
+        for (k, v) in &list {
+            map.append(*k, HeaderValue::from_bytes(v).unwrap());
+        }
+        let names: Vec<String> = list
+            .iter()
+            .map(|(k, _)| {
+                k.chars()
+                    .map(|c| {
+                        if rng.next_u32() % 2 == 0 {
+                            c.to_ascii_uppercase()
+                        } else {
+                            c
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let raw: Vec<httparse::Header<'_>> = list
+            .iter()
+            .zip(&names)
+            .map(|((_, v), n)| httparse::Header {
+                name: n.as_str(),
+                value: v,
+            })
+            .collect();
+        let method = Method::GET;
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let on_map = RequestView::new("h", "/", None, &method, &map, ip);
+        let on_raw = RequestView::raw("h", "/", None, &method, &raw, ip);
+
+        // The definition, from the map with the http crate's own reading.
+        let visible = |name: &str| -> Vec<&str> {
+            map.get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect()
+        };
+        let cookie_headers = visible("cookie");
+        let joined = (!cookie_headers.is_empty()).then(|| cookie_headers.join("; "));
+        let jar: Vec<String> = cookie_headers
+            .iter()
+            .flat_map(|h| cookie::Cookie::split_parse_encoded(*h))
+            .filter_map(|c| c.ok())
+            .filter(|c| c.name() == "canary")
+            .map(|c| c.value().to_string())
+            .collect();
+        for (i, rule) in route.matches.iter().enumerate() {
+            let want = match (rule.headers.first(), rule.cookies.first()) {
+                (Some((name, m)), _) if name == "cookie" => m.matches_opt(joined.as_deref()),
+                (Some((name, m)), _) => m.matches_any(visible(name.as_str()).into_iter()),
+                (_, Some((_, m))) => m.matches_any(jar.iter()),
+                _ => unreachable!("every rule has one condition"),
+            };
+            assert_eq!(rule.matches(&on_map), want, "rule {i} on map {list:?}");
+            assert_eq!(rule.matches(&on_raw), want, "rule {i} on raw {raw:?}");
+        }
+    }
+}
+
+/// The word-at-a-time capital check agrees with the byte one on every byte
+/// value at every position of a word and of the tail.
+#[test]
+fn normalize_host_lowercases_exactly_when_a_capital_is_present() {
+    for len in [1usize, 7, 8, 9, 16, 19, 24] {
+        for pos in 0..len {
+            for b in 0..=255u8 {
+                let mut host = vec![b'a'; len];
+                host[pos] = b;
+                let Ok(s) = std::str::from_utf8(&host) else {
+                    continue;
+                };
+                if b == b':' || b == b'.' || b == b'[' {
+                    continue;
+                }
+                let got = normalize_host(s);
+                assert_eq!(
+                    matches!(got, std::borrow::Cow::Owned(_)),
+                    b.is_ascii_uppercase(),
+                    "{s:?}"
+                );
+                assert_eq!(got, s.to_ascii_lowercase(), "{s:?}");
+            }
         }
     }
 }
