@@ -7,6 +7,10 @@
 //! matches no A/B rule and carries no pin, so every matcher of the route
 //! is evaluated: the worst common case. `cases` adds the early exits.
 //!
+//! `route_decide_raw` does the same over the HTTP/1 fast path's raw header
+//! list (what serves clear-text HTTP/1 requests); `route_decide` over hyper's
+//! `HeaderMap` (HTTP/2, TLS, and requests the fast path hands over).
+//!
 //! Target (issue 8): ≤ 150 ns for 100 routes with regex matchers.
 
 mod support;
@@ -90,6 +94,46 @@ fn route_and_decide(
     Some((idx, d.mirror || !d.cookies.is_empty()))
 }
 
+/// The same over the head as the HTTP/1 fast path has it: `httparse`'s
+/// header list, no `HeaderMap` (`RequestView::raw`).
+#[inline]
+fn route_and_decide_raw(
+    table: &RoutingTable,
+    host_raw: &str,
+    path: &str,
+    headers: &[httparse::Header<'_>],
+    method: &Method,
+    r: u64,
+) -> Option<(usize, bool)> {
+    let host = normalize_host(host_raw);
+    let idx = table.find(&host, path)?;
+    let route = &table.routes[idx];
+    let view = RequestView::raw(
+        &host,
+        path,
+        None,
+        method,
+        headers,
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+    );
+    let d = decide(&view, route, Draw::from_u64(r));
+    Some((idx, d.mirror || !d.cookies.is_empty()))
+}
+
+/// A request head as a browser sends it, in `httparse`'s form (with the
+/// Host header the map form carries separately).
+fn raw_headers<'a>(map: &'a HeaderMap, host: &'a str) -> Vec<httparse::Header<'a>> {
+    let mut v = vec![httparse::Header {
+        name: "Host",
+        value: host.as_bytes(),
+    }];
+    v.extend(map.iter().map(|(k, val)| httparse::Header {
+        name: k.as_str(),
+        value: val.as_bytes(),
+    }));
+    v
+}
+
 /// A cheap deterministic stream of random words (splitmix64 step).
 fn next_rand(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -125,6 +169,39 @@ fn bench_decide(c: &mut Criterion) {
                         black_box(&host_raw),
                         black_box(&path),
                         black_box(&headers),
+                        &method,
+                        r,
+                    ))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+/// `route_decide` on the HTTP/1 fast path's raw header list, for the
+/// feature sets with header rules.
+fn bench_decide_raw(c: &mut Criterion) {
+    let method = Method::GET;
+    let headers = browser_headers(None, &[]);
+    let mut g = c.benchmark_group("route_decide_raw");
+    g.throughput(Throughput::Elements(1));
+    for features in [Features::Match, Features::MatchAffinity] {
+        for n in [1usize, 10, 100] {
+            let table = routing_table(n, features, false);
+            let host_raw = format!("{}:8080", host(n - 1));
+            let raw = raw_headers(&headers, &host_raw);
+            let path = format!("{}items/42", prefix(n - 1));
+            assert!(route_and_decide_raw(&table, &host_raw, &path, &raw, &method, 1).is_some());
+            let mut seed = 1u64;
+            g.bench_with_input(BenchmarkId::new(features.name(), n), &n, |b, _| {
+                b.iter(|| {
+                    let r = next_rand(&mut seed);
+                    black_box(route_and_decide_raw(
+                        black_box(&table),
+                        black_box(&host_raw),
+                        black_box(&path),
+                        black_box(&raw),
                         &method,
                         r,
                     ))
@@ -205,5 +282,5 @@ fn config() -> Criterion {
         .sample_size(50)
 }
 
-criterion_group! { name = benches; config = config(); targets = bench_decide, bench_find_one_host, bench_cases }
+criterion_group! { name = benches; config = config(); targets = bench_decide, bench_decide_raw, bench_find_one_host, bench_cases }
 criterion_main!(benches);
