@@ -21,7 +21,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use support::{host, prefix, routing_table, Features};
-use weir::routing::{decide, normalize_host, Draw, RequestView, RoutingTable};
+use weir::routing::{decide, normalize_host, Draw, Headers, RequestView, RoutingTable};
 
 fn browser_headers(
     extra_cookie: Option<&str>,
@@ -70,52 +70,24 @@ fn browser_headers(
 }
 
 /// One request's worth of routing work; returns something to black-box.
+/// `headers`: hyper's map, or the fast path's raw list (`RequestView::raw`).
 #[inline]
 fn route_and_decide(
     table: &RoutingTable,
     host_raw: &str,
     path: &str,
-    headers: &HeaderMap,
+    headers: Headers<'_>,
     method: &Method,
     r: u64,
 ) -> Option<(usize, bool)> {
     let host = normalize_host(host_raw);
     let idx = table.find(&host, path)?;
     let route = &table.routes[idx];
-    let view = RequestView::new(
-        &host,
-        path,
-        None,
-        method,
-        headers,
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    );
-    let d = decide(&view, route, Draw::from_u64(r));
-    Some((idx, d.mirror || !d.cookies.is_empty()))
-}
-
-/// The same over the head as the HTTP/1 fast path has it: `httparse`'s
-/// header list, no `HeaderMap` (`RequestView::raw`).
-#[inline]
-fn route_and_decide_raw(
-    table: &RoutingTable,
-    host_raw: &str,
-    path: &str,
-    headers: &[httparse::Header<'_>],
-    method: &Method,
-    r: u64,
-) -> Option<(usize, bool)> {
-    let host = normalize_host(host_raw);
-    let idx = table.find(&host, path)?;
-    let route = &table.routes[idx];
-    let view = RequestView::raw(
-        &host,
-        path,
-        None,
-        method,
-        headers,
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-    );
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let view = match headers {
+        Headers::Map(m) => RequestView::new(&host, path, None, method, m, ip),
+        Headers::Raw(h) => RequestView::raw(&host, path, None, method, h, ip),
+    };
     let d = decide(&view, route, Draw::from_u64(r));
     Some((idx, d.mirror || !d.cookies.is_empty()))
 }
@@ -144,22 +116,40 @@ fn next_rand(state: &mut u64) -> u64 {
 }
 
 fn bench_decide(c: &mut Criterion) {
-    let method = Method::GET;
-    let headers = browser_headers(None, &[]);
-    let mut g = c.benchmark_group("route_decide");
-    g.throughput(Throughput::Elements(1));
-    for features in [
+    let all = [
         Features::Plain,
         Features::Weight,
         Features::Match,
         Features::MatchAffinity,
-    ] {
+    ];
+    bench_decide_over(c, "route_decide", &all, false);
+}
+
+/// `route_decide` on the HTTP/1 fast path's raw header list, for the
+/// feature sets with header rules.
+fn bench_decide_raw(c: &mut Criterion) {
+    let with_rules = [Features::Match, Features::MatchAffinity];
+    bench_decide_over(c, "route_decide_raw", &with_rules, true);
+}
+
+fn bench_decide_over(c: &mut Criterion, group: &str, features: &[Features], raw: bool) {
+    let method = Method::GET;
+    let headers = browser_headers(None, &[]);
+    let mut g = c.benchmark_group(group);
+    g.throughput(Throughput::Elements(1));
+    for &features in features {
         for n in [1usize, 10, 100] {
             let table = routing_table(n, features, false);
             // The last route: no help from configuration order.
             let host_raw = format!("{}:8080", host(n - 1));
             let path = format!("{}items/42", prefix(n - 1));
-            assert!(route_and_decide(&table, &host_raw, &path, &headers, &method, 1).is_some());
+            let list = raw_headers(&headers, &host_raw);
+            let view = if raw {
+                Headers::Raw(&list)
+            } else {
+                Headers::Map(&headers)
+            };
+            assert!(route_and_decide(&table, &host_raw, &path, view, &method, 1).is_some());
             let mut seed = 1u64;
             g.bench_with_input(BenchmarkId::new(features.name(), n), &n, |b, _| {
                 b.iter(|| {
@@ -168,40 +158,7 @@ fn bench_decide(c: &mut Criterion) {
                         black_box(&table),
                         black_box(&host_raw),
                         black_box(&path),
-                        black_box(&headers),
-                        &method,
-                        r,
-                    ))
-                })
-            });
-        }
-    }
-    g.finish();
-}
-
-/// `route_decide` on the HTTP/1 fast path's raw header list, for the
-/// feature sets with header rules.
-fn bench_decide_raw(c: &mut Criterion) {
-    let method = Method::GET;
-    let headers = browser_headers(None, &[]);
-    let mut g = c.benchmark_group("route_decide_raw");
-    g.throughput(Throughput::Elements(1));
-    for features in [Features::Match, Features::MatchAffinity] {
-        for n in [1usize, 10, 100] {
-            let table = routing_table(n, features, false);
-            let host_raw = format!("{}:8080", host(n - 1));
-            let raw = raw_headers(&headers, &host_raw);
-            let path = format!("{}items/42", prefix(n - 1));
-            assert!(route_and_decide_raw(&table, &host_raw, &path, &raw, &method, 1).is_some());
-            let mut seed = 1u64;
-            g.bench_with_input(BenchmarkId::new(features.name(), n), &n, |b, _| {
-                b.iter(|| {
-                    let r = next_rand(&mut seed);
-                    black_box(route_and_decide_raw(
-                        black_box(&table),
-                        black_box(&host_raw),
-                        black_box(&path),
-                        black_box(&raw),
+                        black_box(view),
                         &method,
                         r,
                     ))
@@ -265,7 +222,7 @@ fn bench_cases(c: &mut Criterion) {
                     &table,
                     black_box(&host_raw),
                     black_box(&path),
-                    black_box(headers),
+                    black_box(Headers::Map(headers)),
                     &method,
                     r,
                 ))
