@@ -715,7 +715,11 @@ def summarise(runs: list[dict]) -> dict:
     pairs_p99 = [(get(r, "added.p99"), get(nginx_by_rep.get(r["rep"], {}), "added.p99")) for r in by["weir-on"]]
     pairs_p99 = [(x, y) for x, y in pairs_p99 if x is not None and y is not None]
     wins = f"{sum(1 for x, y in pairs_p99 if x <= y)}/{len(pairs_p99)} repetitions"
-    return {"absolute": absolute, "ratios": ratios, "p99_wins": wins}
+    # Within a repetition both subtract the same direct p99, so the paired
+    # difference is the difference of the two absolute p99s: free of the
+    # direct path's own noise, which the medians of the two columns are not.
+    paired_p99 = med([x - y for x, y in pairs_p99])["median"]
+    return {"absolute": absolute, "ratios": ratios, "p99_wins": wins, "p99_paired_diff": paired_p99}
 
 
 def criterion_estimate(bench_id: str) -> float | None:
@@ -754,9 +758,11 @@ def targets_check(summary: dict, crit: dict) -> list[tuple[str, str, str, str]]:
         # When even the direct path's p99 is many times its p50, the tail is
         # the scheduler's (other processes on the cores), not the proxies'.
         note = f"; noise-dominated: direct p99 {d99:,.0f} µs vs p50 {d50:,.0f} µs"
+    paired = summary.get("p99_paired_diff")
+    paired_text = "" if paired is None else f"; paired median weir − nginx {paired:+,.0f} µs"
     rows.append(("Added p99 at fixed rate, weir-on vs nginx", "≤ nginx's",
                  "n/a" if ok is None else
-                 f"{w['median']:,.0f} µs vs {n['median']:,.0f} µs (weir lower in {wins}){note}",
+                 f"{w['median']:,.0f} µs vs {n['median']:,.0f} µs (weir lower in {wins}{paired_text}){note}",
                  "**inconclusive**" if note and ok is not None else status(ok)))
     x = r["weir-on/weir-off"]["cpu_us_per_req"]
     rows.append(("CPU µs/req features-on ÷ features-off", f"≤ {TARGET_ON_VS_OFF_CPU}", fmt_ratio(x),
