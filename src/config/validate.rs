@@ -1175,19 +1175,8 @@ fn string_matcher(path: &str, m: &RawStringMatch, errs: &mut Errors) -> Option<S
         );
         return None;
     }
-    // Parsed as `regex::Regex` parses (Unicode, matches only UTF-8): that is
-    // the language users write. Compiled once, as a bytes regex, so that
-    // header values are matched without first being checked as text.
-    let compiled = regex_syntax::parse(re)
-        .map_err(|e| regex::Error::Syntax(e.to_string()))
-        .and_then(|_| {
-            regex::bytes::RegexBuilder::new(re)
-                .size_limit(REGEX_SIZE_LIMIT)
-                .dfa_size_limit(REGEX_SIZE_LIMIT)
-                .build()
-        });
-    match compiled {
-        Ok(r) => Some(StringMatcher::Regex(crate::routing::RegexMatcher::new(r))),
+    match crate::routing::RegexMatcher::compile(re, REGEX_SIZE_LIMIT) {
+        Ok(r) => Some(StringMatcher::Regex(r)),
         Err(regex::Error::CompiledTooBig(limit)) => {
             errs.push(
                 rp,

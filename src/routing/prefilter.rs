@@ -72,32 +72,35 @@ impl memchr::arch::all::packedpair::HeuristicFrequencyRank for HeaderText {
 const MAX_FALSE_STARTS: usize = 8;
 
 impl RegexMatcher {
-    /// Wraps an already-compiled regex (compiled with the default flags, which
-    /// the analysis re-parses the pattern with). A bytes regex, so that a
-    /// header value is matched without first being checked as text; its
-    /// pattern must be one `regex::Regex` accepts (config validation checks),
-    /// and then it answers as that would on any text.
-    pub fn new(regex: Regex) -> Self {
-        let mut required = Vec::new();
-        if let Ok(hir) = regex_syntax::parse(regex.as_str()) {
-            let mut units = Vec::new();
-            required_literals(&hir, &mut units);
-            units.retain(|u| u.bytes.len() >= MIN_NEEDLE);
-            // Longest first: longer literals are rarer.
-            units.sort_by_key(|u| std::cmp::Reverse(u.bytes.len()));
-            units.dedup_by(|a, b| a.bytes == b.bytes && a.caseless == b.caseless);
-            required = units
-                .into_iter()
-                .take(MAX_NEEDLES)
-                .map(|u| Needle {
-                    rare: memchr::arch::all::packedpair::Pair::with_ranker(&u.bytes, HeaderText)
-                        .map_or(0, |p| usize::from(p.index1())),
-                    bytes: u.bytes.into_boxed_slice(),
-                    caseless: u.caseless,
-                })
-                .collect();
-        }
-        RegexMatcher { regex, required }
+    /// Compiles `pattern` as `regex::Regex` accepts it (Unicode; a pattern
+    /// that could match invalid UTF-8 is a syntax error); the one syntax tree
+    /// serves that check and the literal analysis. The regex is a bytes regex, so that
+    /// a header value is matched without first being checked as text; on text
+    /// it answers as `regex::Regex` would. `size_limit` bounds the compiled
+    /// program and its DFA.
+    pub fn compile(pattern: &str, size_limit: usize) -> Result<Self, regex::Error> {
+        let hir = regex_syntax::parse(pattern).map_err(|e| regex::Error::Syntax(e.to_string()))?;
+        let regex = regex::bytes::RegexBuilder::new(pattern)
+            .size_limit(size_limit)
+            .dfa_size_limit(size_limit)
+            .build()?;
+        let mut units = Vec::new();
+        required_literals(&hir, &mut units);
+        units.retain(|u| u.bytes.len() >= MIN_NEEDLE);
+        // Longest first: longer literals are rarer.
+        units.sort_by_key(|u| std::cmp::Reverse(u.bytes.len()));
+        units.dedup_by(|a, b| a.bytes == b.bytes && a.caseless == b.caseless);
+        let required = units
+            .into_iter()
+            .take(MAX_NEEDLES)
+            .map(|u| Needle {
+                rare: memchr::arch::all::packedpair::Pair::with_ranker(&u.bytes, HeaderText)
+                    .map_or(0, |p| usize::from(p.index1())),
+                bytes: u.bytes.into_boxed_slice(),
+                caseless: u.caseless,
+            })
+            .collect();
+        Ok(RegexMatcher { regex, required })
     }
 
     /// The pattern as written.

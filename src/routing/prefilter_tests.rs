@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use regex::Regex;
 
 fn m(p: &str) -> RegexMatcher {
-    RegexMatcher::new(regex::bytes::Regex::new(p).expect("pattern compiles"))
+    RegexMatcher::compile(p, 1 << 20).expect("pattern compiles")
 }
 
 #[test]
