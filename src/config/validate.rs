@@ -7,7 +7,8 @@ use super::raw::*;
 use super::ConfigError;
 use crate::affinity::{AffinityConfig, AffinityState, MIN_VALUE_LEN};
 use crate::routing::{
-    HeaderEdits, HostPattern, MatchRule, MirrorPolicy, Route, RoutingTable, StringMatcher,
+    CookieProbe, HeaderEdits, HostPattern, MatchRule, MirrorPolicy, Route, RoutingTable,
+    StringMatcher,
 };
 use cookie::SameSite;
 use http::{HeaderName, HeaderValue};
@@ -1000,6 +1001,7 @@ fn compile_route(path: &str, r: &RawRoute, table: &RawTable, errs: &mut Errors) 
         primary: r.primary.clone(),
         canary: r.canary.clone(),
         canary_weight: weight,
+        cookie_probe: CookieProbe::new(&matches, affinity.as_ref()),
         matches,
         mirror,
         affinity,

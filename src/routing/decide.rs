@@ -1,7 +1,8 @@
 //! `decide()`: the pure per-request choice of side, mirror and cookies.
 
-use super::{any_matches, RequestView, Route};
+use super::{RequestView, Route};
 use crate::affinity::{self, CookieActions, Pin};
+use std::cell::OnceCell;
 
 /// Which backend slot serves the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,10 +77,26 @@ pub fn decide(req: &RequestView<'_>, route: &Route, draw: Draw) -> Decision {
     } else {
         Side::Primary
     };
-    let (side, reason, cookies) = if !route.matches.is_empty() && any_matches(&route.matches, req) {
+    // Whether the Cookie header holds none of the literals the route's
+    // cookie conditions need: asked at most once, and only if a bound
+    // condition is reached.
+    let probe = &route.cookie_probe;
+    let quiet = OnceCell::new();
+    let quiet = || *quiet.get_or_init(|| probe.quiet(req));
+    let matched = route
+        .matches
+        .iter()
+        .enumerate()
+        .any(|(i, rule)| !(probe.binds_rule(i) && quiet()) && rule.matches(req));
+    let (side, reason, cookies) = if matched {
         (Side::Canary, Reason::Match, CookieActions::default())
     } else if let Some(cfg) = &route.affinity {
-        match affinity::pin(cfg, &route.affinity_state, req, running) {
+        let pin = if probe.binds_affinity() && quiet() {
+            Pin::Unpinned { stale: None }
+        } else {
+            affinity::pin(cfg, &route.affinity_state, req, running)
+        };
+        match pin {
             Pin::Canary => (
                 Side::Canary,
                 Reason::AffinityCanary,

@@ -9,16 +9,20 @@
 mod decide;
 mod matcher;
 mod prefilter;
+mod probe;
 mod table;
 
 #[cfg(test)]
 mod prefilter_tests;
+#[cfg(test)]
+mod probe_tests;
 #[cfg(test)]
 mod tests;
 
 pub use decide::{decide, Decision, Draw, Reason, Side};
 pub use matcher::{any_matches, MatchRule, StringMatcher};
 pub use prefilter::RegexMatcher;
+pub use probe::CookieProbe;
 pub use table::{normalize_host, HeaderEdits, HostPattern, MirrorPolicy, Route, RoutingTable};
 
 use http::{HeaderMap, Method};

@@ -45,7 +45,7 @@ struct Needle {
 /// How common a byte is in the header values rules test (cookies, user
 /// agents): memchr's own ranks are for prose and code, where `=` is rare; in
 /// a Cookie header it is in every pair.
-struct HeaderText;
+pub(super) struct HeaderText;
 
 impl memchr::arch::all::packedpair::HeuristicFrequencyRank for HeaderText {
     fn rank(&self, b: u8) -> u8 {
@@ -69,7 +69,7 @@ impl memchr::arch::all::packedpair::HeuristicFrequencyRank for HeaderText {
 
 /// False starts a needle scan tolerates before it stops and lets the regex
 /// decide: whatever a client sends, the scan stays linear in the value.
-const MAX_FALSE_STARTS: usize = 8;
+pub(super) const MAX_FALSE_STARTS: usize = 8;
 
 impl RegexMatcher {
     /// Compiles `pattern` as `regex::Regex` accepts it (Unicode; a pattern
@@ -116,6 +116,12 @@ impl RegexMatcher {
     /// How many literals the prefilter scans for (tests and docs).
     pub fn prefilter_len(&self) -> usize {
         self.required.len()
+    }
+
+    /// The literals every match contains, as `(bytes, caseless)`; caseless
+    /// ones are lower-cased.
+    pub(super) fn required(&self) -> impl Iterator<Item = (&[u8], bool)> {
+        self.required.iter().map(|n| (&n.bytes[..], n.caseless))
     }
 }
 
@@ -169,7 +175,7 @@ pub(super) fn occurs(h: &[u8], needle: &[u8]) -> bool {
 /// `a == b` for the few bytes of a needle, compared in place: slice
 /// equality calls libc's `memcmp`, whose call costs more than these compares.
 #[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
@@ -196,6 +202,24 @@ fn positions_of_either(a: u8, b: u8, h: &[u8], f: impl FnMut(usize) -> bool) -> 
         return two.iter(h).any(f);
     }
     memchr::memchr2_iter(a, b, h).any(f)
+}
+
+/// The same for any of one to three bytes (more are not supported: `set`
+/// is cut to three).
+#[inline]
+pub(super) fn positions_of_any(set: &[u8], h: &[u8], f: impl FnMut(usize) -> bool) -> bool {
+    match *set {
+        [] => false,
+        [a] => positions_of(a, h, f),
+        [a, b] => positions_of_either(a, b, h, f),
+        [a, b, c, ..] => {
+            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+            if let Some(three) = memchr::arch::x86_64::sse2::memchr::Three::new(a, b, c) {
+                return three.iter(h).any(f);
+            }
+            memchr::memchr3_iter(a, b, c, h).any(f)
+        }
+    }
 }
 
 /// A run of adjacent literal bytes that every match contains.

@@ -1,6 +1,6 @@
 //! The compiled, immutable routing table and route lookup.
 
-use super::MatchRule;
+use super::{CookieProbe, MatchRule};
 use crate::affinity::{AffinityConfig, AffinityState};
 use http::{HeaderName, HeaderValue};
 use std::collections::HashMap;
@@ -78,6 +78,10 @@ pub struct Route {
     pub affinity: Option<AffinityConfig>,
     /// Cookie values of the current and last run.
     pub affinity_state: AffinityState,
+    /// The literals `matches` and `affinity` need from the Cookie header,
+    /// found in one scan (`CookieProbe::new(&matches, affinity.as_ref())`;
+    /// rebuild it if either changes, or use the default, which binds nothing).
+    pub cookie_probe: CookieProbe,
     /// Upstream response-header timeout.
     pub timeout: Duration,
     /// Edits on the request sent upstream.
