@@ -87,24 +87,33 @@ fn caseless_literals_take_both_cases_and_what_does_not_fit_is_left_to_the_rules(
     assert!(quiet(&"q;".repeat(5)));
 }
 
-/// Conditions a random route is made of: every kind that binds, and some
-/// that do not.
-const CONDITIONS: &[&str] = &[
-    "headers: { cookie: { regex: \"^(.*?;)?(canary=always)(;.*)?$\" } }",
-    "headers: { cookie: { regex: \"(?i)canary=ALWAYS\" } }",
-    "headers: { cookie: { regex: \"beta=(yes|no)\" } }",
-    "headers: { cookie: { regex: \".*\" } }",
-    "headers: { cookie: { exact: \"canary=always\" } }",
-    "headers: { cookie: { prefix: \"ab\" } }",
-    "headers: { cookie: { suffix: \"=1\" } }",
-    "headers: { cookie: { present: true } }",
-    "headers: { cookie: { present: false } }",
-    "cookies: { beta: { exact: \"yes\" } }",
-    "cookies: { canary: { present: true } }",
-    "cookies: { canary: { present: false } }",
-    "cookies: { canary: { regex: \"^al\" } }",
-    "cookies: { ab: { regex: \".*\" } }",
-    "headers: { x-canary: { exact: insider } }",
+/// Header conditions a random rule is made of: every kind that the probe
+/// binds, and some it does not (one name written with capitals).
+const HEADER_CONDITIONS: &[(&str, &str)] = &[
+    ("cookie", r#"{ regex: "^(.*?;)?(canary=always)(;.*)?$" }"#),
+    ("cookie", r#"{ regex: "(?i)canary=ALWAYS" }"#),
+    ("cookie", r#"{ regex: "beta=(yes|no)" }"#),
+    ("cookie", r#"{ regex: ".*" }"#),
+    ("cookie", r#"{ exact: "canary=always" }"#),
+    ("cookie", r#"{ prefix: "ab" }"#),
+    ("cookie", r#"{ suffix: "=1" }"#),
+    ("cookie", "{ present: true }"),
+    ("cookie", "{ present: false }"),
+    ("x-canary", "{ exact: insider }"),
+    ("x-canary", "{ present: false }"),
+    ("x-canary", r#"{ regex: "^in" }"#),
+    ("user-agent", r#"{ regex: "(?i)android.*mobile" }"#),
+    ("user-agent", "{ present: true }"),
+    ("X-Mixed", r#"{ suffix: "z" }"#),
+];
+
+/// Cookie conditions.
+const COOKIE_CONDITIONS: &[(&str, &str)] = &[
+    ("beta", r#"{ exact: "yes" }"#),
+    ("canary", "{ present: true }"),
+    ("canary", "{ present: false }"),
+    ("canary", r#"{ regex: "^al" }"#),
+    ("ab", r#"{ regex: ".*" }"#),
 ];
 
 /// Pieces of random Cookie headers: the literals above whole, cut and in
@@ -132,10 +141,71 @@ const PIECES: &[&[u8]] = &[
     b"",
 ];
 
+/// Other headers of random requests, repeated or not, visible or not.
+const OTHERS: &[(&str, &[u8])] = &[
+    ("x-canary", b"insider"),
+    ("x-canary", b"in\xff"),
+    ("x-canary", b"outsider"),
+    ("user-agent", b"Mozilla/5.0 (Linux; Android 14) Mobile"),
+    ("user-agent", b"Mozilla/5.0 (X11; Linux x86_64)"),
+    ("user-agent", b"android \xff mobile"),
+    ("x-mixed", b"az"),
+    ("x-mixed", b"za"),
+    ("accept", b"*/*"),
+];
+
+/// A random rule: up to three header conditions on distinct names and up
+/// to one cookie condition, at least one in all.
+fn random_rule(rng: &mut SmallRng) -> String {
+    let mut headers: Vec<(&str, &str)> = Vec::new();
+    for _ in 0..rng.random_range(0..4) {
+        let c = HEADER_CONDITIONS[rng.random_range(0..HEADER_CONDITIONS.len())];
+        if !headers.iter().any(|(n, _)| *n == c.0) {
+            headers.push(c);
+        }
+    }
+    let mut parts = Vec::new();
+    if !headers.is_empty() {
+        let h: Vec<String> = headers.iter().map(|(n, m)| format!("{n}: {m}")).collect();
+        parts.push(format!("headers: {{ {} }}", h.join(", ")));
+    }
+    if headers.is_empty() || rng.random_bool(0.3) {
+        let (n, m) = COOKIE_CONDITIONS[rng.random_range(0..COOKIE_CONDITIONS.len())];
+        parts.push(format!("cookies: {{ {n}: {m} }}"));
+    }
+    format!("      - {{ {} }}\n", parts.join(", "))
+}
+
+/// Random headers: 0–3 Cookie headers of random pieces, 0–3 others.
+fn random_headers(rng: &mut SmallRng) -> Vec<(&'static str, Vec<u8>)> {
+    let mut list = Vec::new();
+    for _ in 0..rng.random_range(0..4) {
+        let mut v = Vec::new();
+        for i in 0..rng.random_range(0..5) {
+            if i > 0 {
+                v.extend_from_slice([&b"; "[..], b";"][rng.random_range(0..2)]);
+            }
+            v.extend_from_slice(PIECES[rng.random_range(0..PIECES.len())]);
+        }
+        list.push(("cookie", v));
+    }
+    for _ in 0..rng.random_range(0..4) {
+        let (n, v) = OTHERS[rng.random_range(0..OTHERS.len())];
+        list.push((n, v.to_vec()));
+    }
+    for i in (1..list.len()).rev() {
+        list.swap(i, rng.random_range(0..=i));
+    }
+    list
+}
+
+/// `decide()` with each route's Cookie probe against the same route
+/// without one, on hyper's map and on raw headers
+/// with names in random case.
 #[test]
 fn probe_never_changes_a_decision() {
     let mut rng = SmallRng::seed_from_u64(0x7072_6f62);
-    let (mut bound_routes, mut quiet, mut loud) = (0, 0, 0);
+    let (mut probed, mut quiet, mut loud) = (0, 0, 0);
     for _ in 0..300 {
         let mut y = format!("    canaryWeight: {}\n", [0, 30][rng.random_range(0..2)]);
         let rules = rng.random_range(0..5);
@@ -143,14 +213,7 @@ fn probe_never_changes_a_decision() {
             y.push_str("    match:\n");
         }
         for _ in 0..rules {
-            let a = CONDITIONS[rng.random_range(0..CONDITIONS.len())];
-            let b = CONDITIONS[rng.random_range(0..CONDITIONS.len())];
-            // Two conditions of the same kind would be one YAML key twice.
-            if rng.random_bool(0.5) && a.split(':').next() != b.split(':').next() {
-                y.push_str(&format!("      - {{ {a}, {b} }}\n"));
-            } else {
-                y.push_str(&format!("      - {a}\n"));
-            }
+            y.push_str(&random_rule(&mut rng));
         }
         if rng.random_bool(0.7) {
             y.push_str(AFFINITY);
@@ -160,55 +223,64 @@ fn probe_never_changes_a_decision() {
             cookie_probe: CookieProbe::default(),
             ..with.clone()
         };
-        bound_routes += usize::from(!with.cookie_probe.scan_bytes().is_empty());
+        let has_probe = !with.cookie_probe.scan_bytes().is_empty();
+        probed += usize::from(has_probe);
         for _ in 0..60 {
+            let list = random_headers(&mut rng);
             let mut map = HeaderMap::new();
-            for _ in 0..rng.random_range(0..4) {
-                if rng.random_bool(0.15) {
-                    map.append("x-canary", HeaderValue::from_static("insider"));
-                    continue;
-                }
-                let mut v = Vec::new();
-                for i in 0..rng.random_range(0..5) {
-                    if i > 0 {
-                        v.extend_from_slice([&b"; "[..], b";"][rng.random_range(0..2)]);
-                    }
-                    v.extend_from_slice(PIECES[rng.random_range(0..PIECES.len())]);
-                }
-                map.append("cookie", HeaderValue::from_bytes(&v).unwrap());
+            for (k, v) in &list {
+                map.append(*k, HeaderValue::from_bytes(v).unwrap());
             }
-            let raw: Vec<httparse::Header<'_>> = map
+            let names: Vec<String> = list
                 .iter()
-                .map(|(k, v)| httparse::Header {
-                    name: k.as_str(),
-                    value: v.as_bytes(),
+                .map(|(k, _)| {
+                    k.chars()
+                        .map(|c| {
+                            if rng.random_bool(0.5) {
+                                c.to_ascii_uppercase()
+                            } else {
+                                c
+                            }
+                        })
+                        .collect()
                 })
+                .collect();
+            let raw: Vec<httparse::Header<'_>> = list
+                .iter()
+                .zip(&names)
+                .map(|((_, v), n)| httparse::Header { name: n, value: v })
                 .collect();
             let m = Method::GET;
             let ip: IpAddr = "192.0.2.1".parse().unwrap();
-            for view in [
-                RequestView::new("h", "/", None, &m, &map, ip),
-                RequestView::raw("h", "/", None, &m, &raw, ip),
-            ] {
-                if !with.cookie_probe.scan_bytes().is_empty() {
+            let views = || {
+                [
+                    RequestView::new("h", "/", None, &m, &map, ip),
+                    RequestView::raw("h", "/", None, &m, &raw, ip),
+                ]
+            };
+            if has_probe {
+                for view in views() {
                     if with.cookie_probe.quiet(&view) {
                         quiet += 1;
                     } else {
                         loud += 1;
                     }
                 }
-                for weight in [0, 99] {
-                    let draw = Draw { weight, mirror: 99 };
+            }
+            for weight in [0, 99] {
+                let draw = Draw { weight, mirror: 99 };
+                // Fresh views: a view keeps what it looked up.
+                for (a, b) in views().iter().zip(views().iter()) {
                     assert_eq!(
-                        decide(&view, &with, draw),
-                        decide(&view, &without, draw),
-                        "route:\n{y}headers: {map:?}"
+                        decide(a, &with, draw),
+                        decide(b, &without, draw),
+                        "route:\n{y}headers: {list:?}"
                     );
                 }
             }
         }
     }
     // The comparison means something only if the probe was used both ways.
-    assert!(bound_routes > 100, "{bound_routes} routes had a probe");
+    assert!(probed > 100, "{probed} routes had a probe");
     assert!(quiet > 1_000 && loud > 1_000, "quiet {quiet}, not {loud}");
 }
