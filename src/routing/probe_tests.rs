@@ -2,6 +2,7 @@
 //! `decide()` with each route's probe against the same route without one,
 //! plus what the probe takes from the rules users write.
 
+use super::tests::mixed_case;
 use super::{decide, CookieProbe, Draw, RequestView, Route};
 use crate::config::compile_table;
 use crate::config::raw::RawTable;
@@ -231,20 +232,7 @@ fn probe_never_changes_a_decision() {
             for (k, v) in &list {
                 map.append(*k, HeaderValue::from_bytes(v).unwrap());
             }
-            let names: Vec<String> = list
-                .iter()
-                .map(|(k, _)| {
-                    k.chars()
-                        .map(|c| {
-                            if rng.random_bool(0.5) {
-                                c.to_ascii_uppercase()
-                            } else {
-                                c
-                            }
-                        })
-                        .collect()
-                })
-                .collect();
+            let names: Vec<String> = list.iter().map(|(k, _)| mixed_case(k, &mut rng)).collect();
             let raw: Vec<httparse::Header<'_>> = list
                 .iter()
                 .zip(&names)
