@@ -83,6 +83,8 @@ pub fn decide(req: &RequestView<'_>, route: &Route, draw: Draw) -> Decision {
     let probe = &route.cookie_probe;
     let quiet = OnceCell::new();
     let quiet = || *quiet.get_or_init(|| probe.quiet(req));
+    // Any item of the list may match (Flagger semantics); an empty list
+    // never does: no rules means no A/B routing.
     let matched = route
         .matches
         .iter()

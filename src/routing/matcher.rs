@@ -149,9 +149,3 @@ impl MatchRule {
         true
     }
 }
-
-/// Any item of the list matches (Flagger semantics). An empty list never
-/// matches: no rules means no A/B routing.
-pub fn any_matches(rules: &[MatchRule], req: &RequestView<'_>) -> bool {
-    rules.iter().any(|r| r.matches(req))
-}

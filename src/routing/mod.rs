@@ -20,7 +20,7 @@ mod probe_tests;
 mod tests;
 
 pub use decide::{decide, Decision, Draw, Reason, Side};
-pub use matcher::{any_matches, MatchRule, StringMatcher};
+pub use matcher::{MatchRule, StringMatcher};
 pub use prefilter::RegexMatcher;
 pub use probe::CookieProbe;
 pub use table::{normalize_host, HeaderEdits, HostPattern, MirrorPolicy, Route, RoutingTable};

@@ -138,12 +138,7 @@ impl Needle {
         let window = &h[self.rare..=h.len() - n.len() + self.rare];
         let mut false_starts = 0;
         let found_or_gave_up = |i: usize| {
-            let cand = &h[i..i + n.len()];
-            let hit = if self.caseless {
-                cand.eq_ignore_ascii_case(n)
-            } else {
-                same_bytes(cand, n)
-            };
+            let hit = same_literal(&h[i..i + n.len()], n, self.caseless);
             false_starts += usize::from(!hit);
             hit || false_starts > MAX_FALSE_STARTS
         };
@@ -172,10 +167,21 @@ pub(super) fn occurs(h: &[u8], needle: &[u8]) -> bool {
     })
 }
 
+/// `cand` is the literal `lit` (lower-cased when `caseless`, and then
+/// compared ignoring ASCII case).
+#[inline]
+pub(super) fn same_literal(cand: &[u8], lit: &[u8], caseless: bool) -> bool {
+    if caseless {
+        cand.eq_ignore_ascii_case(lit)
+    } else {
+        same_bytes(cand, lit)
+    }
+}
+
 /// `a == b` for the few bytes of a needle, compared in place: slice
 /// equality calls libc's `memcmp`, whose call costs more than these compares.
 #[inline]
-pub(super) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 

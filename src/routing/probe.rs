@@ -14,10 +14,10 @@
 //! What this must never do: change a decision. The probe only ever answers
 //! "none of these literals occurs"; anything it is unsure of (several Cookie
 //! headers, too many false starts, a literal it could not fit) leaves the
-//! question to the rules. The differential test in `routing/tests.rs`
+//! question to the rules. The differential test in `routing/probe_tests.rs`
 //! (`probe_never_changes_a_decision`) holds it to that.
 
-use super::prefilter::{positions_of_any, same_bytes, HeaderText, MAX_FALSE_STARTS};
+use super::prefilter::{positions_of_any, same_literal, HeaderText, MAX_FALSE_STARTS};
 use super::{CookieHeader, MatchRule, RequestView, StringMatcher};
 use crate::affinity::AffinityConfig;
 use memchr::arch::all::packedpair::HeuristicFrequencyRank;
@@ -116,13 +116,8 @@ impl CookieProbe {
             let hit = self.literals.iter().any(|l| {
                 (l.keys[0] == b || l.keys[1] == b)
                     && p.checked_sub(l.at).is_some_and(|start| {
-                        h.get(start..start + l.bytes.len()).is_some_and(|cand| {
-                            if l.caseless {
-                                cand.eq_ignore_ascii_case(&l.bytes)
-                            } else {
-                                same_bytes(cand, &l.bytes)
-                            }
-                        })
+                        h.get(start..start + l.bytes.len())
+                            .is_some_and(|cand| same_literal(cand, &l.bytes, l.caseless))
                     })
             });
             false_starts += usize::from(!hit);
