@@ -2,25 +2,21 @@
 //! `decide()` with each route's probe against the same route without one,
 //! plus what the probe takes from the rules users write.
 
-use super::tests::mixed_case;
+use super::tests::{both_forms, mixed_case, table};
 use super::{decide, CookieProbe, Draw, RequestView, Route};
-use crate::config::compile_table;
-use crate::config::raw::RawTable;
 use http::{HeaderMap, HeaderValue, Method};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::net::IpAddr;
 
+/// Route `app` (primary and canary) with `yaml_route`'s fields.
 fn route(yaml_route: &str) -> Route {
-    let yaml = format!(
-        "backends:\n  blue: {{ endpoints: [\"127.0.0.1:1\"] }}\n  green: {{ endpoints: [\"127.0.0.1:2\"] }}\nroutes:\n  - name: app\n    primary: blue\n    canary: green\n{yaml_route}"
-    );
-    let raw: RawTable = serde_saphyr::from_str(&yaml).expect("yaml");
-    compile_table(&raw)
-        .unwrap_or_else(|e| panic!("{e:?}\n{yaml}"))
-        .routing
-        .routes
-        .remove(0)
+    table(&format!(
+        "  - name: app\n    primary: blue\n    canary: green\n{yaml_route}"
+    ))
+    .routing
+    .routes
+    .remove(0)
 }
 
 const AFFINITY: &str = "    sessionAffinity: { cookieName: weir-canary, maxAge: 60, primaryCookieName: weir-primary }\n    affinityState: { canaryValue: RunCurrent01, primaryValue: StepCurrent1, previousCanaryValue: RunPrevious1 }\n";
@@ -228,16 +224,8 @@ fn probe_never_changes_a_decision() {
         probed += usize::from(has_probe);
         for _ in 0..60 {
             let list = random_headers(&mut rng);
-            let mut map = HeaderMap::new();
-            for (k, v) in &list {
-                map.append(*k, HeaderValue::from_bytes(v).unwrap());
-            }
             let names: Vec<String> = list.iter().map(|(k, _)| mixed_case(k, &mut rng)).collect();
-            let raw: Vec<httparse::Header<'_>> = list
-                .iter()
-                .zip(&names)
-                .map(|((_, v), n)| httparse::Header { name: n, value: v })
-                .collect();
+            let (map, raw) = both_forms(&list, &names);
             let m = Method::GET;
             let ip: IpAddr = "192.0.2.1".parse().unwrap();
             let views = || {

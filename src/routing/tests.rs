@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use std::net::IpAddr;
 
-fn table(yaml_routes: &str) -> TableSpec {
+pub(super) fn table(yaml_routes: &str) -> TableSpec {
     let yaml = format!(
         "backends:\n  blue: {{ endpoints: [\"127.0.0.1:1\"] }}\n  green: {{ endpoints: [\"127.0.0.1:2\"] }}\nroutes:\n{yaml_routes}"
     );
@@ -600,19 +600,8 @@ fn rules_read_map_and_raw_headers_alike_and_as_defined() {
         for i in (1..list.len()).rev() {
             list.swap(i, rng.next_u32() as usize % (i + 1));
         }
-        let mut map = HeaderMap::new();
-        for (k, v) in &list {
-            map.append(*k, HeaderValue::from_bytes(v).unwrap());
-        }
         let names: Vec<String> = list.iter().map(|(k, _)| mixed_case(k, &mut rng)).collect();
-        let raw: Vec<httparse::Header<'_>> = list
-            .iter()
-            .zip(&names)
-            .map(|((_, v), n)| httparse::Header {
-                name: n.as_str(),
-                value: v,
-            })
-            .collect();
+        let (map, raw) = both_forms(&list, &names);
         let method = Method::GET;
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let on_map = RequestView::new("h", "/", None, &method, &map, ip);
@@ -645,6 +634,27 @@ fn rules_read_map_and_raw_headers_alike_and_as_defined() {
             assert_eq!(rule.matches(&on_raw), want, "rule {i} on raw {raw:?}");
         }
     }
+}
+
+/// `list` as hyper's map, and as the fast path's raw list with the names
+/// written as in `names` (one per entry).
+pub(super) fn both_forms<'a, V: AsRef<[u8]>>(
+    list: &'a [(&'static str, V)],
+    names: &'a [String],
+) -> (HeaderMap, Vec<httparse::Header<'a>>) {
+    let mut map = HeaderMap::new();
+    for (k, v) in list {
+        map.append(*k, HeaderValue::from_bytes(v.as_ref()).unwrap());
+    }
+    let raw = list
+        .iter()
+        .zip(names)
+        .map(|((_, v), n)| httparse::Header {
+            name: n,
+            value: v.as_ref(),
+        })
+        .collect();
+    (map, raw)
 }
 
 /// `name` with each letter's case drawn at random: the fast path's raw
