@@ -66,7 +66,7 @@ fn run(
 
 fn set_cookies(r: &crate::routing::Route, d: &Decision) -> Vec<String> {
     d.cookies
-        .render(r.affinity.as_ref().unwrap(), &r.affinity_state)
+        .render(r.affinity.as_ref().unwrap(), &r.pin_cookies)
         .into_iter()
         .map(|v| v.to_str().unwrap().to_string())
         .collect()
@@ -200,6 +200,32 @@ fn exact_set_cookie_strings_with_every_attribute() {
     want.insert(format!("weir-primary={PRIMARY_V}"));
     want.insert("Max-Age=60".into());
     assert_eq!(attrs(&sc[0]), want);
+}
+
+#[test]
+fn the_pins_sent_are_those_of_the_state_the_route_was_compiled_with() {
+    // The pins are rendered with the route: a table built for the next step
+    // answers with the next step's values, never the previous table's.
+    let step = |primary: &str| route(30, true, (CANARY_V, primary, ""), false);
+    let next = "PrimaryStep6xxxxx";
+    for (r, primary) in [(step(PRIMARY_V), PRIMARY_V), (step(next), next)] {
+        let sc = set_cookies(&r, &run(&r, &[], &[], false));
+        assert!(
+            sc[0].starts_with(&format!("weir-primary={primary};")),
+            "{sc:?}"
+        );
+        let sc = set_cookies(&r, &run(&r, &[], &[], true));
+        assert!(
+            sc[0].starts_with(&format!("weir-canary={CANARY_V};")),
+            "{sc:?}"
+        );
+    }
+    // A run without a canary value (a table written by hand) has no pin to
+    // send: the canary answer carries no cookie rather than an empty one.
+    let r = route(30, true, ("", PRIMARY_V, ""), false);
+    let d = run(&r, &[], &[], true);
+    assert!(d.cookies.set_canary);
+    assert!(set_cookies(&r, &d).is_empty());
 }
 
 #[test]

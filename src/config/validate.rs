@@ -5,7 +5,7 @@
 use super::locate::join_key;
 use super::raw::*;
 use super::ConfigError;
-use crate::affinity::{AffinityConfig, AffinityState, MIN_VALUE_LEN};
+use crate::affinity::{AffinityConfig, AffinityState, PinCookies, MIN_VALUE_LEN};
 use crate::routing::{
     CookieProbe, HeaderEdits, HostPattern, MatchRule, MirrorPolicy, Route, RoutingTable,
     StringMatcher,
@@ -1002,6 +1002,10 @@ fn compile_route(path: &str, r: &RawRoute, table: &RawTable, errs: &mut Errors) 
         canary: r.canary.clone(),
         canary_weight: weight,
         cookie_probe: CookieProbe::new(&matches, affinity.as_ref()),
+        pin_cookies: affinity
+            .as_ref()
+            .map(|a| PinCookies::new(a, &affinity_state))
+            .unwrap_or_default(),
         matches,
         mirror,
         affinity,

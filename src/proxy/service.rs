@@ -266,7 +266,7 @@ pub async fn handle(
             }
             if !decision.cookies.is_empty() {
                 if let Some(cfg) = &route.affinity {
-                    for v in decision.cookies.render(cfg, &route.affinity_state) {
+                    for v in decision.cookies.render(cfg, &route.pin_cookies) {
                         rp.headers.append(SET_COOKIE, v);
                     }
                 }

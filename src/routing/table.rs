@@ -1,7 +1,7 @@
 //! The compiled, immutable routing table and route lookup.
 
 use super::{CookieProbe, MatchRule};
-use crate::affinity::{AffinityConfig, AffinityState};
+use crate::affinity::{AffinityConfig, AffinityState, PinCookies};
 use http::{HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -78,6 +78,9 @@ pub struct Route {
     pub affinity: Option<AffinityConfig>,
     /// Cookie values of the current and last run.
     pub affinity_state: AffinityState,
+    /// The `Set-Cookie` pins of `affinity` with the values of
+    /// `affinity_state` (`PinCookies::new`; rebuild it if either changes).
+    pub pin_cookies: PinCookies,
     /// The literals `matches` and `affinity` need from the Cookie header,
     /// found in one scan (`CookieProbe::new(&matches, affinity.as_ref())`;
     /// rebuild it if either changes, or use the default, which binds nothing).

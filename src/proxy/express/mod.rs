@@ -312,7 +312,7 @@ fn prepare(
     head::write_upstream_head(&mut upstream_head, &fast, req.headers, cx.peer_ip);
     let set_cookies = match &route.affinity {
         Some(cfg) if !decision.cookies.is_empty() => {
-            decision.cookies.render(cfg, &route.affinity_state)
+            decision.cookies.render(cfg, &route.pin_cookies)
         }
         _ => Vec::new(),
     };
