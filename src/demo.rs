@@ -720,13 +720,14 @@ async fn echo(version: &str, error_rate: f64) -> Result<EchoHandle, String> {
 
 /// Points the idle slot at the v2 backend, as a deploy script would.
 fn deploy(app: &RunningApp, v2: SocketAddr) -> Result<(), String> {
-    let snap = app.store.load();
-    let mut raw = snap.spec.raw.clone();
-    if let Some(b) = raw.backends.get_mut("app-green") {
-        b.endpoints = vec![v2.to_string()];
-    }
+    // Atomic with the engine's own writes of the table (it records the
+    // run's state there), which a load-then-replace could race with.
     app.store
-        .replace(raw, Some(snap.version), "demo")
+        .update_table("demo", "deploy v2 to the idle slot", |raw| {
+            if let Some(b) = raw.backends.get_mut("app-green") {
+                b.endpoints = vec![v2.to_string()];
+            }
+        })
         .map(|_| ())
         .map_err(|e| format!("deploy failed: {e:?}"))
 }

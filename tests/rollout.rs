@@ -735,11 +735,12 @@ async fn deploy_to_idle_slot_starts_a_run(watch: bool) {
     let app = start(&config(v1.addr, v1.addr, &canary, "")).await;
     let traffic = Traffic::start(app.proxy_addr(), &[]);
     wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
-    let snap = app.store.load();
-    let mut raw = snap.spec.raw.clone();
-    raw.backends.get_mut("app-green").expect("slot").endpoints = vec![v2.addr.to_string()];
+    // A deploy script with If-Match would retry on a conflict with the
+    // engine's own writes; in process, the atomic read-modify-write.
     app.store
-        .replace(raw, Some(snap.version), "test")
+        .update_table("test", "deploy v2", |raw| {
+            raw.backends.get_mut("app-green").expect("slot").endpoints = vec![v2.addr.to_string()];
+        })
         .expect("deploy");
     let done = wait_for(&app, "the end of the run", ended).await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");

@@ -156,6 +156,22 @@ impl TableStore {
         self.modify(if_match, actor, "replace table", |_| Ok(raw))
     }
 
+    /// Read-modify-write of the whole table, atomic with the engine's own
+    /// writes (a `load` then `replace` with If-Match can lose that race and
+    /// must retry; this cannot).
+    pub fn update_table(
+        &self,
+        actor: &str,
+        what: &str,
+        f: impl FnOnce(&mut RawTable),
+    ) -> Result<Arc<Snapshot>, WriteError> {
+        self.modify(None, actor, what, |cur| {
+            let mut raw = cur.spec.raw.clone();
+            f(&mut raw);
+            Ok(raw)
+        })
+    }
+
     /// Read-modify-write of one route's raw definition.
     pub fn update_route(
         &self,
