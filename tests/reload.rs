@@ -113,6 +113,17 @@ async fn a_canary_driven_route_keeps_its_running_definition() {
     let routes = "  - { name: app, hosts: [app.test], primary: blue, canary: green }\n  - { name: other, hosts: [other.test], primary: blue }\n";
     let mut weir = Weir::start(&format!("{}{canary}", config(v1.addr, v2.addr, routes, "")));
     let (proxy, admin) = (weir.proxy_addr, weir.admin_addr);
+    // The engine writes the route when it initialises the canary (weight 0):
+    // compare with the route as the engine drives it, not as it was before.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (c, _) = admin_get(admin, "/api/v1/canaries/app").await;
+        if c["phase"] == "Initialized" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not initialised: {c}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (before, _) = admin_get(admin, "/api/v1/routes/app").await;
 
     // The file sends all of app to the canary and moves `other` to green.
