@@ -115,14 +115,13 @@ async fn a_canary_driven_route_keeps_its_running_definition() {
     let (proxy, admin) = (weir.proxy_addr, weir.admin_addr);
     // The engine writes the route when it initialises the canary (weight 0):
     // compare with the route as the engine drives it, not as it was before.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let initialised = eventually(Duration::from_secs(20), || async {
+        admin_get(admin, "/api/v1/canaries/app").await.0["phase"] == "Initialized"
+    })
+    .await;
+    if !initialised {
         let (c, _) = admin_get(admin, "/api/v1/canaries/app").await;
-        if c["phase"] == "Initialized" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "not initialised: {c}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        panic!("the canary was not initialised: {c}");
     }
     let (before, _) = admin_get(admin, "/api/v1/routes/app").await;
 
