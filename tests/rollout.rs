@@ -520,6 +520,87 @@ async fn skip_analysis_promotes_at_once_without_checks() {
     assert!(all(&versions(app.proxy_addr(), 10, &[]).await, "v2"));
 }
 
+/// Every event the engine hands out (broadcast, SSE sink) is already in the canary's
+/// status when it is handed out, so a client that subscribes and then reads the status
+/// (the demo, `weir ctl watch`) misses none. The sink runs where the broadcast is sent,
+/// so it sees the status exactly as a subscriber woken by that event could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
+    use std::sync::{Arc, Mutex, OnceLock};
+    use weir::rollout::{Engine, EngineOptions, EventSink, LocalPlane, RolloutEvent};
+
+    let (v1, v2) = (echo("v1").await, echo("v2").await);
+    let canary = format!(
+        "    skipAnalysis: true\n{}",
+        analysis(&format!("      stepWeight: 20\n{METRICS}"))
+    );
+    let yaml = config(v1.addr, v2.addr, &canary, "");
+    let cfg =
+        weir::config::parse_yaml(&yaml, "test.yaml", std::path::Path::new(".")).expect("config");
+    let store = weir::control::store::TableStore::new(cfg.table.clone());
+    let engine: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
+    // (reason, found in the status at that moment)
+    let heard: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let sink: EventSink = {
+        let (engine, heard) = (engine.clone(), heard.clone());
+        Arc::new(move |e: &RolloutEvent| {
+            // Events before the engine is stored (its initialisation) are not checked.
+            if let Some(en) = engine.get() {
+                let found = en.status("app").is_some_and(|s| s.events.contains(e));
+                heard.lock().unwrap().push((e.reason.clone(), found));
+            }
+        })
+    };
+    let en = Arc::new(
+        Engine::start(
+            &cfg.canaries,
+            EngineOptions {
+                local: Some(LocalPlane {
+                    store,
+                    started: std::time::Instant::now(),
+                }),
+                sink: Some(sink),
+                ..Default::default()
+            },
+        )
+        .expect("engine"),
+    );
+    assert!(engine.set(en.clone()).is_ok());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while en.status("app").expect("canary").phase != Phase::Initialized {
+        assert!(tokio::time::Instant::now() < deadline, "no initialisation");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = en
+        .command(
+            "app",
+            ManualCommand::Start {
+                revision: "v2".into(),
+            },
+        )
+        .await
+        .expect("command delivered");
+    assert!(out.accepted, "{}", out.message);
+    while !ended(&en.status("app").expect("canary")) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    en.shutdown().await;
+    let heard = heard.lock().unwrap().clone();
+    assert!(
+        heard.iter().any(|(r, _)| r == "Succeeded"),
+        "the run's events were heard: {heard:?}"
+    );
+    let missing: Vec<_> = heard.iter().filter(|(_, found)| !found).collect();
+    assert!(
+        missing.is_empty(),
+        "handed out before the status had them: {missing:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_aborts_a_run_through_the_api() {
     let (v1, v2) = (echo("v1").await, echo("v2").await);

@@ -1292,6 +1292,12 @@ impl Runner {
             self.ring.pop_front();
         }
         self.ring.push_back(e.clone());
+        // The status first, then the broadcast and the sink: a client that subscribes
+        // and then reads the status's events (the demo, `weir ctl watch`) must find
+        // every event in one or the other. Broadcasting first left a window in which
+        // a new subscriber saw neither (the demo waited for an `Initialized` it had
+        // missed until its time limit).
+        self.update_status();
         let _ = self.events.send(e.clone());
         if let Some(sink) = &self.sink {
             sink(&e);
