@@ -498,13 +498,18 @@ async fn sticky_canary_clients_never_flip_during_the_run() {
     traffic.stop().await;
 }
 
+/// A canary block with `skipAnalysis: true` (and an analysis that would need traffic).
+fn skip_analysis() -> String {
+    format!(
+        "    skipAnalysis: true\n{}",
+        analysis(&format!("      stepWeight: 20\n{METRICS}"))
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_analysis_promotes_at_once_without_checks() {
     let (v1, v2) = (echo("v1").await, echo("v2").await);
-    let canary = format!(
-        "    skipAnalysis: true\n{}",
-        analysis(&format!("      stepWeight: 20\n{METRICS}"))
-    );
+    let canary = skip_analysis();
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
     // No traffic at all: with analysis this could never pass.
     start_run(&app).await;
@@ -530,10 +535,7 @@ async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
     use weir::rollout::{Engine, EngineOptions, EventSink, LocalPlane, RolloutEvent};
 
     let (v1, v2) = (echo("v1").await, echo("v2").await);
-    let canary = format!(
-        "    skipAnalysis: true\n{}",
-        analysis(&format!("      stepWeight: 20\n{METRICS}"))
-    );
+    let canary = skip_analysis();
     let yaml = config(v1.addr, v2.addr, &canary, "");
     let cfg =
         weir::config::parse_yaml(&yaml, "test.yaml", std::path::Path::new(".")).expect("config");
