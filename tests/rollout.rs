@@ -19,7 +19,7 @@ use support::*;
 use tokio::sync::watch;
 use weir::app::RunningApp;
 use weir::demo::{CookieJar, HookServer};
-use weir::rollout::{CanaryStatus, ManualCommand, Phase};
+use weir::rollout::{CanaryStatus, Engine, ManualCommand, Phase};
 
 /// Longest wait for any one condition.
 const WAIT: Duration = Duration::from_secs(40);
@@ -40,7 +40,12 @@ fn config(blue: SocketAddr, green: SocketAddr, canary: &str, top: &str) -> Strin
 /// step from 0 % sees one interval of canary traffic, which on a loaded CI machine can be
 /// under minRequests (a "no value" failed check); a healthy run must survive two of them.
 fn analysis(analysis: &str) -> String {
-    format!("    analysis:\n      interval: 300ms\n      threshold: 3\n{analysis}")
+    analysis_with_threshold(3, analysis)
+}
+
+/// [`analysis`] with another failed-checks threshold.
+fn analysis_with_threshold(threshold: u32, analysis: &str) -> String {
+    format!("    analysis:\n      interval: 300ms\n      threshold: {threshold}\n{analysis}")
 }
 
 async fn start(yaml: &str) -> RunningApp {
@@ -55,9 +60,14 @@ fn status(app: &RunningApp) -> CanaryStatus {
 
 /// Polls the canary's status until `f` holds.
 async fn wait_for(app: &RunningApp, what: &str, f: impl Fn(&CanaryStatus) -> bool) -> CanaryStatus {
+    wait_on(&app.engine, what, f).await
+}
+
+/// Polls canary `app`'s status in `engine` until `f` holds.
+async fn wait_on(engine: &Engine, what: &str, f: impl Fn(&CanaryStatus) -> bool) -> CanaryStatus {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let s = status(app);
+        let s = engine.status("app").expect("canary app");
         if f(&s) {
             return s;
         }
@@ -269,12 +279,13 @@ async fn a_healthy_canary_is_promoted_step_by_step_and_the_slots_swapped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_answering_500s_is_rolled_back() {
     let (v1, v2) = (echo("v1").await, echo_with("v2", 1.0, Duration::ZERO).await);
-    // Threshold 4, not 2: the first check after a step sees only the traffic since the
+    // Threshold 4, not 3: the first check after a step sees only the traffic since the
     // step (one 300 ms interval at 20 %), which on a loaded machine can be under
     // minRequests, a "no value" failed check. Four checks span more than a second of
     // traffic, so at least one of them measures the 500s.
-    let canary = format!(
-        "    analysis:\n      interval: 300ms\n      threshold: 4\n      stepWeight: 20\n      maxWeight: 60\n{METRICS}"
+    let canary = analysis_with_threshold(
+        4,
+        &format!("      stepWeight: 20\n      maxWeight: 60\n{METRICS}"),
     );
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
     let traffic = Traffic::start(app.proxy_addr(), &[]);
@@ -535,7 +546,7 @@ async fn skip_analysis_promotes_at_once_without_checks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
     use std::sync::{Arc, Mutex, OnceLock};
-    use weir::rollout::{Engine, EngineOptions, EventSink, LocalPlane, RolloutEvent};
+    use weir::rollout::{EngineOptions, EventSink, LocalPlane, RolloutEvent};
 
     let (v1, v2) = (echo("v1").await, echo("v2").await);
     let canary = skip_analysis();
@@ -571,11 +582,7 @@ async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
         .expect("engine"),
     );
     assert!(engine.set(en.clone()).is_ok());
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while en.status("app").expect("canary").phase != Phase::Initialized {
-        assert!(tokio::time::Instant::now() < deadline, "no initialisation");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_on(&en, "initialisation", |s| s.phase == Phase::Initialized).await;
     let out = en
         .command(
             "app",
@@ -586,13 +593,7 @@ async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
         .await
         .expect("command delivered");
     assert!(out.accepted, "{}", out.message);
-    while !ended(&en.status("app").expect("canary")) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run did not end"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_on(&en, "the end of the run", ended).await;
     en.shutdown().await;
     let heard = heard.lock().unwrap().clone();
     assert!(

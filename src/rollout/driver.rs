@@ -1277,11 +1277,12 @@ impl Runner {
 
     fn driver_event(&mut self, reason: &str, warning: bool, message: String, now: u64) {
         let e = self.event(&self.rec.state, reason.to_string(), warning, message, now);
+        // `publish` writes the status too.
         self.publish(e);
-        self.update_status();
     }
 
-    /// Logs, keeps, broadcasts and forwards one event (and calls the `event` hooks).
+    /// Logs and keeps one event, writes the status, then broadcasts and forwards the event
+    /// (and calls the `event` hooks).
     fn publish(&mut self, e: RolloutEvent) {
         if e.warning {
             tracing::warn!(target: "weir::rollout", canary = %e.canary, phase = %e.phase, reason = %e.reason, canary_weight = e.canary_weight, failed_checks = e.failed_checks, "{}", e.message);
