@@ -63,6 +63,8 @@ PORTS = {
 }
 TARGETS = ["direct", "nginx", "weir-off", "weir-on"]
 SUT_CPU = "1"
+# Where compare.sh pins this driver, and with it wrk, the latency tool and the backends.
+LOAD_CPU = "0"
 
 # Sent with every load request: a Cookie header so the regex and cookie
 # matchers do real work, no x-canary so the 90/10 draw decides.
@@ -603,13 +605,21 @@ class Bench:
                 return res
             # Throughput + CPU per request (closed loop, saturating).
             b0, t0 = core_busy_ticks(SUT_CPU)
+            l0, lt0 = core_busy_ticks(LOAD_CPU)
+            k0 = cpu_ticks([b.pid for b in backends])
             w, cpu_s, wall = self.with_cpu(pids, lambda: self.wrk(port, a.duration))
             b1, t1 = core_busy_ticks(SUT_CPU)
+            l1, lt1 = core_busy_ticks(LOAD_CPU)
+            k1 = cpu_ticks([b.pid for b in backends])
             res["throughput"] = {**w, "cpu_s": cpu_s, "wall_s": wall,
                                  "cpu_us_per_req": cpu_s * 1e6 / max(1, w["requests"]),
                                  "sut_util": cpu_s / wall,
                                  # Everything that ran on the SUT's core (others' builds included).
                                  "core_busy": (b1 - b0) / max(1, t1 - t0),
+                                 # A SUT well under 100 % of its core while this
+                                 # is near 100 % was held back by the load side.
+                                 "load_core_busy": (l1 - l0) / max(1, lt1 - lt0),
+                                 "backend_cpu_us_per_req": (k1 - k0) / CLK_TCK * 1e6 / max(1, w["requests"]),
                                  "loadavg": os.getloadavg()[0]}
             # Latency at a fixed rate (open loop).
             if rate:
@@ -664,6 +674,8 @@ METRICS = [
     ("throughput", "Throughput, wrk -t1 -c32", "req/s", "throughput.rps", True),
     ("sut_util", "SUT's share of its core during wrk", "%", "throughput.sut_util", None),
     ("core_busy", "SUT core busy (all processes) during wrk", "%", "throughput.core_busy", None),
+    ("load_busy", f"Load core {LOAD_CPU} busy (wrk, backends) during wrk", "%", "throughput.load_core_busy", None),
+    ("backend_cpu", "Echo backends' CPU per request during wrk", "µs", "throughput.backend_cpu_us_per_req", None),
     ("p50", "Latency p50 at fixed rate", "µs", "latency.p50_us", False),
     ("p99", "Latency p99 at fixed rate", "µs", "latency.p99_us", False),
     ("p999", "Latency p99.9 at fixed rate", "µs", "latency.p999_us", False),
@@ -678,6 +690,10 @@ METRICS = [
     ("idle_bytes", "Memory per idle keep-alive connection", "B", "idle.bytes_per_conn", False),
     ("peak_rss", "Peak RSS (VmHWM)", "MB", "peak_rss_mb", False),
 ]
+
+
+# Shares of a core: reported as absolute values, never divided into ratios.
+SHARES = ("sut_util", "core_busy", "load_busy")
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -696,6 +712,7 @@ def summarise(runs: list[dict]) -> dict:
     for t in TARGETS:
         absolute[t]["sut_util"] = med([(get(r, "throughput.sut_util") or float("nan")) * 100 for r in by[t]])
         absolute[t]["core_busy"] = med([(get(r, "throughput.core_busy") or float("nan")) * 100 for r in by[t]])
+        absolute[t]["load_busy"] = med([(get(r, "throughput.load_core_busy") or float("nan")) * 100 for r in by[t]])
 
     def paired(a: str, b: str, path: str) -> dict:
         rb = {r["rep"]: r for r in by[b]}
@@ -709,7 +726,7 @@ def summarise(runs: list[dict]) -> dict:
 
     pairs = [("weir-on", "nginx"), ("weir-off", "nginx"), ("weir-on", "direct"), ("weir-off", "direct"),
              ("nginx", "direct"), ("weir-on", "weir-off")]
-    ratios = {f"{a}/{b}": {m[0]: paired(a, b, m[3]) for m in METRICS if m[0] not in ("sut_util", "core_busy")}
+    ratios = {f"{a}/{b}": {m[0]: paired(a, b, m[3]) for m in METRICS if m[0] not in SHARES}
               for a, b in pairs}
     nginx_by_rep = {r["rep"]: r for r in by["nginx"]}
     pairs_p99 = [(get(r, "added.p99"), get(nginx_by_rep.get(r["rep"], {}), "added.p99")) for r in by["weir-on"]]
@@ -814,7 +831,7 @@ def markdown(meta: dict, summary: dict, crit: dict, runs: list[dict]) -> str:
     L.append("| metric | " + " | ".join(c[1] for c in cols) + " |")
     L.append("|---|" + "---|" * len(cols))
     for key, label, unit, _, better in METRICS:
-        if key in ("sut_util", "core_busy", "added_p50", "added_p999"):
+        if key in (*SHARES, "backend_cpu", "added_p50", "added_p999"):
             continue
         cells = []
         for c, _ in cols:
@@ -843,9 +860,10 @@ def markdown(meta: dict, summary: dict, crit: dict, runs: list[dict]) -> str:
     L.append("")
     L.append("For `direct`, the \"SUT\" is the echo backend itself (on core 0 with the load generator).")
     L.append("If the SUT's share of its core is well below 100 % while the core is busy, other processes "
-             "(builds, tests) took the rest and throughput is understated for that slot; if both are low, "
-             "core 0 (load generator plus backends) was the bottleneck. CPU per request is the robust "
-             "comparison either way.\n")
+             "(builds, tests) took the rest and throughput is understated for that slot; if both are low "
+             f"while core {LOAD_CPU} is near 100 %, the load side (wrk plus both echo backends) was the "
+             "bottleneck, and the slot's throughput is the load side's limit, not the SUT's. CPU per "
+             "request is the robust comparison either way.\n")
     if crit:
         L.append("## Criterion (routing decision, this machine, same run)\n")
         L.append("| bench | median |")
@@ -1062,7 +1080,8 @@ def main() -> int:
                 log(f"  {t}: {get(r, 'throughput.rps') or 0:,.0f} req/s, "
                     f"{get(r, 'throughput.cpu_us_per_req') or 0:.1f} µs CPU/req "
                     f"(SUT {100 * (get(r, 'throughput.sut_util') or 0):.0f} % of its core, "
-                    f"core {SUT_CPU} busy {100 * (get(r, 'throughput.core_busy') or 0):.0f} %), "
+                    f"core {SUT_CPU} busy {100 * (get(r, 'throughput.core_busy') or 0):.0f} %, "
+                    f"core {LOAD_CPU} busy {100 * (get(r, 'throughput.load_core_busy') or 0):.0f} %), "
                     f"p99 {get(r, 'latency.p99_us') or 0:.0f} µs, "
                     f"idle {get(r, 'idle.bytes_per_conn') or 0:,.0f} B/conn")
     except KeyboardInterrupt as e:
