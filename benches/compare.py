@@ -606,11 +606,12 @@ class Bench:
             # Throughput + CPU per request (closed loop, saturating).
             b0, t0 = core_busy_ticks(SUT_CPU)
             l0, lt0 = core_busy_ticks(LOAD_CPU)
-            k0 = cpu_ticks([b.pid for b in backends])
+            backend_pids = [b.pid for b in backends]
+            k0 = cpu_ticks(backend_pids)
             w, cpu_s, wall = self.with_cpu(pids, lambda: self.wrk(port, a.duration))
             b1, t1 = core_busy_ticks(SUT_CPU)
             l1, lt1 = core_busy_ticks(LOAD_CPU)
-            k1 = cpu_ticks([b.pid for b in backends])
+            k1 = cpu_ticks(backend_pids)
             res["throughput"] = {**w, "cpu_s": cpu_s, "wall_s": wall,
                                  "cpu_us_per_req": cpu_s * 1e6 / max(1, w["requests"]),
                                  "sut_util": cpu_s / wall,
@@ -703,16 +704,15 @@ def summarise(runs: list[dict]) -> dict:
     for r in runs:
         if r.get("peak_rss_kb") is not None:
             r["peak_rss_mb"] = r["peak_rss_kb"] / 1024
-        if get(r, "throughput.sut_util") is not None:
-            r["throughput"]["sut_util"] = r["throughput"]["sut_util"]
         d = direct.get(r["rep"])
         if d and get(r, "latency.p50_us") is not None and get(d, "latency.p50_us") is not None:
             r["added"] = {k: r["latency"][f"{k}_us"] - d["latency"][f"{k}_us"] for k in ("p50", "p99", "p999")}
     absolute = {t: {m[0]: med([get(r, m[3]) for r in by[t]]) for m in METRICS} for t in TARGETS}
-    for t in TARGETS:
-        absolute[t]["sut_util"] = med([(get(r, "throughput.sut_util") or float("nan")) * 100 for r in by[t]])
-        absolute[t]["core_busy"] = med([(get(r, "throughput.core_busy") or float("nan")) * 100 for r in by[t]])
-        absolute[t]["load_busy"] = med([(get(r, "throughput.load_core_busy") or float("nan")) * 100 for r in by[t]])
+    # Shares are stored as fractions and shown as percentages.
+    for key, _, _, path, _ in METRICS:
+        if key in SHARES:
+            for t in TARGETS:
+                absolute[t][key] = med([(get(r, path) or float("nan")) * 100 for r in by[t]])
 
     def paired(a: str, b: str, path: str) -> dict:
         rb = {r["rep"]: r for r in by[b]}

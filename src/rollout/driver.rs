@@ -1116,10 +1116,14 @@ impl Runner {
             self.update_status();
             return;
         }
+        // `publish` writes the status with each event; a step without events still
+        // changed the state.
+        if events.is_empty() {
+            self.update_status();
+        }
         for e in events {
             self.publish(e);
         }
-        self.update_status();
         if let Err(e) = self.flush().await {
             self.set_dp_error(Some(e));
         }
