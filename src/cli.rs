@@ -282,9 +282,6 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
-    if s.trim() == "0" {
-        return Ok(std::time::Duration::ZERO);
-    }
     config::parse_duration(s)
 }
 
@@ -514,5 +511,39 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_arguments_follow_go_syntax_and_name_the_argument() {
+        for (args, flag) in [
+            (&["weir", "echo", "--latency", "1M"][..], "--latency"),
+            (&["weir", "echo", "--latency", "1 minute"][..], "--latency"),
+            (&["weir", "echo", "--latency=-20ms"][..], "--latency"),
+            (
+                &["weir", "probe", "http://127.0.0.1:1/", "--timeout", "2"][..],
+                "--timeout",
+            ),
+            (
+                &["weir", "ctl", "watch", "--interval", "1sec"][..],
+                "--interval",
+            ),
+        ] {
+            let e = Cli::try_parse_from(args).expect_err(&args.join(" "));
+            let text = e.to_string();
+            assert!(text.contains(flag), "{args:?}: {text}");
+            assert!(text.contains("300ms, 1.5h, 1m30s"), "{args:?}: {text}");
+        }
+        for (value, want) in [("0", 0), ("1.5s", 1500), ("+20ms", 20), ("1m", 60_000)] {
+            let cli = Cli::try_parse_from(["weir", "echo", "--latency", value]).expect(value);
+            let Command::Echo { latency, .. } = cli.cmd else {
+                panic!("{value}: not echo");
+            };
+            assert_eq!(latency, std::time::Duration::from_millis(want), "{value}");
+        }
     }
 }

@@ -1174,3 +1174,59 @@ async fn readyz_reports_draining_on_shutdown() {
     app.shutdown().await;
     assert!(!ready.load(Ordering::Acquire));
 }
+
+// ------------------------------------------------------------ durations
+
+/// Durations in the API follow Go's grammar, as in the config: a bad `window` is a 400
+/// naming the parameter and the accepted forms, a bad duration in a PATCH a 422 naming
+/// the field; Go forms humantime lacked (`1.5m`, `+60s`) are accepted.
+#[tokio::test]
+async fn durations_outside_go_syntax_are_refused_naming_the_parameter() {
+    let (app, _b, _g) = blue_green("").await;
+    let c = client();
+    for window in ["1min", "60sec", "1M", "-60s", "60"] {
+        let r = api(
+            &c,
+            &app,
+            Method::GET,
+            &format!("/api/v1/stats?window={window}"),
+            None,
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 400, "window={window}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["field"], "window", "{e}");
+        assert_eq!(e["error"], "bad-request", "{e}");
+        let reason = e["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("300ms, 1.5h, 1m30s"), "{window}: {reason}");
+    }
+    for (window, secs) in [("1.5m", 90), ("%2B60s", 60), ("1m30s", 90)] {
+        let r = api(
+            &c,
+            &app,
+            Method::GET,
+            &format!("/api/v1/stats?window={window}"),
+            None,
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "window={window}: {}", r.text());
+        assert_eq!(r.json()["windowSecs"], secs, "window={window}");
+    }
+    drop(c);
+    app.shutdown().await;
+    for timeout in ["15 seconds", "1M", "-1s"] {
+        let e = assert_refused(
+            Method::PATCH,
+            "/api/v1/routes/app",
+            &format!(r#"{{"timeout": "{timeout}"}}"#),
+            &[],
+            422,
+            Some("timeout"),
+        )
+        .await;
+        let reason = e["reason"].as_str().unwrap_or("");
+        assert!(reason.contains("300ms, 1.5h, 1m30s"), "{timeout}: {e}");
+    }
+}

@@ -7,15 +7,17 @@
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
 
+mod duration;
 mod locate;
 pub mod raw;
 mod validate;
 
+pub use duration::{parse_duration, parse_go_duration, GoDurationError};
 pub use locate::Locations;
 pub use validate::{
-    compile_table, parse_duration, AdminConfig, BackendSpec, CanaryConfig, CertFiles, Config,
-    HealthSettings, IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, OutlierSettings,
-    ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol, UpstreamTls,
+    compile_table, AdminConfig, BackendSpec, CanaryConfig, CertFiles, Config, HealthSettings,
+    IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, OutlierSettings, ProxySettings,
+    RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol, UpstreamTls,
 };
 
 use std::fmt;

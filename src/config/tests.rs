@@ -166,3 +166,35 @@ fn durations_parse() {
     );
     assert!(parse_duration("ten").is_err());
 }
+
+/// Flagger's durations are Go's: `1M` is not a month, `1 minute` is not a minute, and a
+/// negative interval is out of range; each error names the field and the accepted forms.
+#[test]
+fn durations_outside_go_syntax_name_the_field_and_the_forms() {
+    let canary = |interval: &str| {
+        format!("{GOOD}canaries:\n  - name: c\n    route: app\n    analysis: {{ interval: \"{interval}\", threshold: 5, stepWeight: 10 }}\n")
+    };
+    for (interval, why) in [
+        ("1M", "unknown unit \"M\""),
+        ("1 minute", "unknown unit \" minute\""),
+        ("90", "missing unit"),
+        ("-1m", "must not be negative"),
+        ("3000000h", "out of range"),
+    ] {
+        let e = errors(&canary(interval));
+        let found = e
+            .errors
+            .iter()
+            .find(|x| x.path == "canaries[0].analysis.interval")
+            .unwrap_or_else(|| panic!("{interval}: no error at the interval:\n{e}"));
+        assert!(found.reason.contains(why), "{interval}: {}", found.reason);
+        assert!(
+            found.reason.contains("300ms, 1.5h, 1m30s"),
+            "{interval}: {}",
+            found.reason
+        );
+        assert!(found.location.is_some(), "{interval}: no line:col");
+    }
+    let c = parse_yaml(&canary("1m30s"), "t.yaml", Path::new(".")).unwrap();
+    assert_eq!(c.canaries[0].interval, std::time::Duration::from_secs(90));
+}

@@ -2,6 +2,7 @@
 //! error with its field path and carries on, so a user sees all problems at
 //! once. Only a config with zero errors is turned into runtime values.
 
+use super::duration::parse_duration;
 use super::locate::join_key;
 use super::raw::*;
 use super::ConfigError;
@@ -229,12 +230,6 @@ pub struct Config {
     pub rollout: RolloutSettings,
     /// Fleet coordination through etcd; `None`: single-replica mode.
     pub cluster: Option<crate::cluster::ClusterSettings>,
-}
-
-/// Parses `500ms`, `10s`, `1m`, `1h30m` (humantime syntax).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 500ms, 10s, 1m"))
 }
 
 struct Errors(Vec<ConfigError>);
