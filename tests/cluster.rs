@@ -1184,3 +1184,45 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         a.shutdown().await;
     }
 }
+
+/// A refused command sent to a replica that does not own the canary is forwarded to the
+/// owner, and the owner's 409 with its reason reaches the original caller unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_a_refused_command_is_a_409_for_the_original_caller() {
+    let Some(etcd) = Etcd::start("fleet_a_refused_command_is_a_409_for_the_original_caller").await
+    else {
+        return;
+    };
+    let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
+    let apps = fleet(&etcd, &["r0", "r1"], "2", blue.addr, green.addr).await;
+    let refs: Vec<&RunningApp> = apps.iter().collect();
+    let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+    assert!(eventually(TTL + SLACK, || settled(&clusters, 2)).await);
+    all_canaries(&refs, TTL + SLACK, "every canary initialised", |s| {
+        s.phase == Phase::Initialized
+    })
+    .await;
+    let c = canary_names()
+        .into_iter()
+        .find(|c| !cl(&apps[0]).may_drive(c))
+        .expect("a canary r0 does not own");
+    let req = http::Request::post(format!(
+        "http://{}/api/v1/canaries/{c}/resume",
+        apps[0].admin_addr
+    ))
+    .body(http_body_util::Full::new(bytes::Bytes::new()))
+    .expect("request");
+    let r = support::send(&support::client(), req).await;
+    assert_eq!(r.status, 409, "{}", r.text());
+    let e = r.json();
+    assert_eq!(e["error"], "command-refused", "{e}");
+    assert!(
+        e["reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("resume refused: not paused")),
+        "{e}"
+    );
+    for a in apps {
+        a.shutdown().await;
+    }
+}

@@ -232,3 +232,47 @@ async fn unreachable_api_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot reach the weir API"), "{err}");
 }
+
+/// A canary command that does not apply prints the API's refusal and exits 1; one that
+/// applies exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_canary_command_prints_the_reason_and_exits_1() {
+    let blue = echo("v1").await;
+    let green = echo("v2").await;
+    let yaml = format!(
+        "{}canaries:\n  - name: app\n    route: app\n    analysis: {{ interval: 1m, threshold: 5, stepWeight: 10 }}\n",
+        two_slot_config(blue.addr, green.addr, "")
+    );
+    let app = proxy(&yaml).await;
+    let initialised = eventually(GUARD, || async {
+        app.engine
+            .status("app")
+            .is_some_and(|s| s.phase == weir::rollout::Phase::Initialized)
+    })
+    .await;
+    assert!(initialised, "canary app never initialised");
+    for (args, reason) in [
+        (&["resume", "app"][..], "resume refused: not paused"),
+        (&["abort", "app"][..], "abort refused: no run in progress"),
+        (
+            &["promote", "app"][..],
+            "promote refused: no analysis in progress",
+        ),
+    ] {
+        let o = ctl(&app, args).await;
+        assert_eq!(o.code, 1, "{args:?}: {}{}", o.stdout, o.stderr);
+        assert!(o.stderr.contains(reason), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains("HTTP 409"), "{args:?}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+    }
+    let o = ctl(&app, &["pause", "app"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = ctl(&app, &["pause", "app"]).await;
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    assert!(
+        o.stderr.contains("pause refused: already paused"),
+        "{}",
+        o.stderr
+    );
+    app.shutdown().await;
+}

@@ -1137,3 +1137,73 @@ async fn weir_ctl_starts_pauses_watches_and_aborts_a_canary() {
     assert!(err.contains("no canary named"), "{err}");
     traffic.stop().await;
 }
+
+/// A command that does not apply (resume while not paused, abort or promote with no run,
+/// pause while paused) is a 409 with the reason for its caller only: watchers of
+/// `/api/v1/events` hear the accepted commands' events and nothing about the refusals.
+/// The stream is read up to the event of the accepted command sent last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_command_is_a_409_for_its_caller_and_no_event() {
+    let (v1, v2) = (echo("v1").await, echo("v2").await);
+    let canary = analysis(&format!("      stepWeight: 20\n{METRICS}"));
+    let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
+    wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
+    let req = http::Request::get(format!("http://{}/api/v1/events", app.admin_addr))
+        .body(Full::new(Bytes::new()))
+        .expect("req");
+    let resp = client().request(req).await.expect("SSE");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let refused = |r: &Resp, why: &str| {
+        assert_eq!(r.status, 409, "{}", r.text());
+        let e = r.json();
+        assert_eq!(e["error"], "command-refused", "{e}");
+        let reason = e["reason"].as_str().unwrap_or("");
+        assert!(reason.contains(why), "{e}");
+        assert!(reason.contains("(phase Initialized)"), "{e}");
+    };
+    let post = |what: &'static str| {
+        let app = &app;
+        async move { api(app, "POST", &format!("/api/v1/canaries/app/{what}"), None).await }
+    };
+    refused(&post("resume").await, "resume refused: not paused");
+    refused(&post("abort").await, "abort refused: no run in progress");
+    refused(
+        &post("promote").await,
+        "promote refused: no analysis in progress",
+    );
+    assert_eq!(post("pause").await.status, 200);
+    refused(&post("pause").await, "pause refused: already paused");
+    assert_eq!(post("resume").await.status, 200);
+    assert!(!status(&app).paused);
+
+    let mut text = String::new();
+    let heard = tokio::time::timeout(WAIT, async {
+        while let Some(Ok(f)) = body.frame().await {
+            if let Some(d) = f.data_ref() {
+                text.push_str(&String::from_utf8_lossy(d));
+            }
+            if text.contains("\"reason\":\"Resumed\"") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(heard, Ok(true), "SSE stream: {text}");
+    let reasons: Vec<String> = text
+        .split("\n\n")
+        .filter(|b| b.contains("event: rollout"))
+        .filter_map(|b| {
+            let data = b.lines().find_map(|l| l.strip_prefix("data:"))?;
+            let v: serde_json::Value = serde_json::from_str(data.trim()).ok()?;
+            v["reason"].as_str().map(str::to_string)
+        })
+        .collect();
+    assert_eq!(reasons, ["Paused", "Resumed"], "SSE stream: {text}");
+    let events = &status(&app).events;
+    assert!(
+        events.iter().all(|e| e.reason != "CommandIgnored"),
+        "{events:?}"
+    );
+}

@@ -8,8 +8,9 @@
 //! - `POST /api/v1/canaries/{name}/start` with `{"revision": "v2"}`, and
 //!   `POST .../promote|abort|pause|resume` (no body, or `{}`): an operator's command,
 //!   applied before the answer (it interrupts a tick in progress). 200 with
-//!   `{accepted, message, status}`; 409 when the command does not apply in the current
-//!   phase (nothing changed; e.g. promote with no run in progress).
+//!   `{accepted, message, status}`; 409 `command-refused` when the command does not
+//!   apply in the current phase (nothing changed, no event; e.g. promote with no run in
+//!   progress), decided by the machine's [`command_refusal`](super::machine::command_refusal).
 //!
 //! In a fleet (`cluster:`) a command sent to a replica that does not own the canary is
 //! forwarded to the owner's control API (once: a forwarded command is marked with
@@ -259,11 +260,13 @@ async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse
     tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, "canary command");
     match e.command(&name, cmd).await {
         Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &out)),
-        Ok(out) => {
-            let mut err = ApiError::new(StatusCode::CONFLICT, "conflict", None, out.message);
-            err.field = None;
-            Err(err)
-        }
+        // The machine's own refusal, for this caller only (no event is published).
+        Ok(out) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "command-refused",
+            None,
+            out.message,
+        )),
         Err(EngineError::NotFound(n)) => Err(ApiError::not_found("canary", &n)),
         Err(EngineError::Stopped) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -72,7 +72,7 @@ use super::dataplane::{
 };
 use super::http::HttpClient;
 use super::machine::{
-    plan, step, CanaryState, Command, EventReason, HookResult, LastChecks, ManualCommand,
+    command_refusal, plan, step, CanaryState, Command, HookResult, LastChecks, ManualCommand,
     MetricResult, Observation, Phase, Plan, PlanStep,
 };
 use super::metrics;
@@ -145,7 +145,7 @@ pub struct RolloutEvent {
     pub time_ms: u64,
     /// Phase after the event.
     pub phase: Phase,
-    /// One word: the machine's [`EventReason`], or the driver's own (`Restored`,
+    /// One word: the machine's [`EventReason`](super::machine::EventReason), or the driver's own (`Restored`,
     /// `DataPlaneError`, `DataPlaneRecovered`, `TickSkipped`, `SlotsChanged`,
     /// `SlotsRestored`, `StateNotSaved`).
     pub reason: String,
@@ -1073,6 +1073,21 @@ impl Runner {
             });
             return;
         }
+        if let Some(reason) = command_refusal(&self.rec.state, &msg.cmd) {
+            // Only the caller hears of it: nothing changed, so nothing is committed,
+            // published or sent to the event hooks.
+            let status = self
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let _ = msg.reply.send(CommandOutcome {
+                accepted: false,
+                message: reason,
+                status,
+            });
+            return;
+        }
         let now = now_ms();
         let prev = self.rec.state.clone();
         let (next, cmds) = step(
@@ -1082,9 +1097,6 @@ impl Runner {
             now,
         );
         let events = self.absorb(&prev, next, cmds, now);
-        let accepted = !events
-            .iter()
-            .any(|e| e.reason == format!("{:?}", EventReason::CommandIgnored));
         let message = events
             .iter()
             .map(|e| e.message.clone())
@@ -1097,7 +1109,7 @@ impl Runner {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let _ = msg.reply.send(CommandOutcome {
-            accepted,
+            accepted: true,
             message,
             status,
         });

@@ -17,7 +17,9 @@
 //!
 //! A manual command ([`ManualCommand`]) is handled on its own: call `step` with an
 //! observation carrying only the command, whenever it arrives (due or not). Results in
-//! that observation are ignored.
+//! that observation are ignored. [`command_refusal`] says beforehand whether it applies;
+//! a command it refuses leaves the state unchanged and emits nothing (the refusal is the
+//! operator's answer, not an event for every watcher).
 //!
 //! Use the same `spec` for the plan and the step of one tick (the plan's hook indices
 //! point into it). A new canary revision is only seen by `step`, so in the tick that
@@ -435,8 +437,6 @@ pub enum EventReason {
     Paused,
     /// An operator resumed the canary.
     Resumed,
-    /// A command that does not apply in the current phase.
-    CommandIgnored,
 }
 
 impl EventReason {
@@ -452,7 +452,6 @@ impl EventReason {
                 | EventReason::PromoteHookFailed
                 | EventReason::RolledBack
                 | EventReason::PromotionFailed
-                | EventReason::CommandIgnored
         )
     }
 }
@@ -601,6 +600,41 @@ pub fn step(
         Phase::Finalising => tick.finalising(),
     }
     (tick.s, tick.out)
+}
+
+/// A run is under way: Abort rolls it back.
+fn in_run(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Waiting | Phase::Progressing | Phase::WaitingPromotion | Phase::Promoting
+    )
+}
+
+/// Why an operator's command does not apply to a canary in `state`, or `None` when it
+/// does. [`step`] applies exactly the commands this accepts and leaves the state alone
+/// (no event) for the others, so a caller that asks first (the control API, answering
+/// 409 with this reason) and the machine cannot disagree.
+pub fn command_refusal(state: &CanaryState, command: &ManualCommand) -> Option<String> {
+    let phase = state.phase;
+    let (what, why) = match command {
+        ManualCommand::Pause if state.paused => ("pause", "already paused"),
+        ManualCommand::Resume if !state.paused => ("resume", "not paused"),
+        ManualCommand::Abort
+            if !(in_run(phase) || phase.is_idle() && state.pending_revision.is_some()) =>
+        {
+            ("abort", "no run in progress")
+        }
+        ManualCommand::Promote
+            if !matches!(
+                phase,
+                Phase::Waiting | Phase::Progressing | Phase::WaitingPromotion
+            ) =>
+        {
+            ("promote", "no analysis in progress")
+        }
+        _ => return None,
+    };
+    Some(format!("{what} refused: {why} (phase {phase})"))
 }
 
 /// A gate that did not pass: the hook's name and its answer.
@@ -1310,22 +1344,13 @@ impl<'a> Tick<'a> {
         self.end_promotion();
     }
 
-    fn ignored(&mut self, what: &str, why: &str) {
-        let msg = format!("{what} ignored: {why} (phase {})", self.s.phase);
-        self.event(EventReason::CommandIgnored, msg);
-    }
-
     fn command(&mut self, command: &ManualCommand) {
+        if command_refusal(&self.s, command).is_some() {
+            return;
+        }
         let phase = self.s.phase;
-        let in_run = matches!(
-            phase,
-            Phase::Waiting | Phase::Progressing | Phase::WaitingPromotion | Phase::Promoting
-        );
         match command {
             ManualCommand::Pause => {
-                if self.s.paused {
-                    return self.ignored("pause", "already paused");
-                }
                 self.s.paused = true;
                 let msg = format!(
                     "Paused by an operator at {phase}, {}: no step and no check until resumed",
@@ -1334,9 +1359,6 @@ impl<'a> Tick<'a> {
                 self.event(EventReason::Paused, msg);
             }
             ManualCommand::Resume => {
-                if !self.s.paused {
-                    return self.ignored("resume", "not paused");
-                }
                 self.s.paused = false;
                 if self.s.promotion_wait_since_ms.is_some() {
                     // The deadline does not run while paused.
@@ -1346,31 +1368,21 @@ impl<'a> Tick<'a> {
                 self.event(EventReason::Resumed, msg);
             }
             ManualCommand::Abort => {
-                if in_run {
-                    self.s.paused = false;
+                self.s.paused = false;
+                if in_run(phase) {
                     self.rollback("aborted by an operator".to_string());
-                } else if phase.is_idle() && self.s.pending_revision.is_some() {
+                } else {
                     let pending = self.s.pending_revision.take().unwrap_or_default();
-                    self.s.paused = false;
                     self.event(
                         EventReason::Aborted,
                         format!("Run of {pending} cancelled by an operator before it started"),
                     );
-                } else {
-                    self.ignored("abort", "no run in progress");
                 }
             }
             ManualCommand::Promote => {
-                if matches!(
-                    phase,
-                    Phase::Waiting | Phase::Progressing | Phase::WaitingPromotion
-                ) {
-                    self.s.paused = false;
-                    self.enter_promoting("manual promotion, remaining analysis skipped");
-                    self.due_now();
-                } else {
-                    self.ignored("promote", "no analysis in progress");
-                }
+                self.s.paused = false;
+                self.enter_promoting("manual promotion, remaining analysis skipped");
+                self.due_now();
             }
             ManualCommand::Start { revision } => {
                 self.s.paused = false;

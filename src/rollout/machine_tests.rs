@@ -1025,9 +1025,7 @@ fn pause_freezes_everything_and_resume_continues() {
         assert!(cmds.is_empty());
     }
     sim.now += 10 * INTERVAL;
-    assert!(sim
-        .cmd(ManualCommand::Pause)
-        .has_event(EventReason::CommandIgnored));
+    assert!(command_refusal(&sim.state, &ManualCommand::Pause).is_some());
     sim.fail_metric("request-success-rate", false);
     let r = sim.cmd(ManualCommand::Resume);
     assert!(!r.state.paused && r.has_event(EventReason::Resumed));
@@ -1046,9 +1044,7 @@ fn manual_abort_rolls_back() {
     assert_eq!(r.traffic(), vec![traffic(0, false, None)]);
     assert!(r.message().contains("aborted by an operator"));
     assert_eq!(r.post_rollout(), Some(Phase::Failed));
-    assert!(sim
-        .cmd(ManualCommand::Abort)
-        .has_event(EventReason::CommandIgnored));
+    assert!(command_refusal(&sim.state, &ManualCommand::Abort).is_some());
 }
 
 #[test]
@@ -1067,9 +1063,7 @@ fn manual_promote_skips_the_remaining_analysis() {
     );
     assert_eq!(r.phase(), Phase::Finalising);
     assert!(r.swapped());
-    assert!(sim
-        .cmd(ManualCommand::Promote)
-        .has_event(EventReason::CommandIgnored));
+    assert!(command_refusal(&sim.state, &ManualCommand::Promote).is_some());
 }
 
 #[test]
@@ -1611,6 +1605,135 @@ fn random_inputs_never_break_the_machine() {
             check_invariants(&state, &next, &cmds);
             assert_eq!(step(&spec, &state, &obs, now), (next.clone(), cmds));
             state = next;
+        }
+    }
+}
+
+/// Every phase, paused or not, with and without a pending revision.
+fn command_states() -> Vec<CanaryState> {
+    let phases = [
+        Phase::Initializing,
+        Phase::Initialized,
+        Phase::Waiting,
+        Phase::Progressing,
+        Phase::WaitingPromotion,
+        Phase::Promoting,
+        Phase::Finalising,
+        Phase::Succeeded,
+        Phase::Failed,
+    ];
+    let mut out = Vec::new();
+    for phase in phases {
+        for paused in [false, true] {
+            for pending in [None, Some("v3".to_string())] {
+                out.push(CanaryState {
+                    phase,
+                    paused,
+                    pending_revision: pending,
+                    revision: Some("v2".into()),
+                    canary_weight: if phase == Phase::Progressing { 20 } else { 0 },
+                    last_tick_ms: Some(0),
+                    ..CanaryState::new()
+                });
+            }
+        }
+    }
+    out
+}
+
+fn manual_commands() -> Vec<ManualCommand> {
+    vec![
+        ManualCommand::Start {
+            revision: "v4".into(),
+        },
+        ManualCommand::Promote,
+        ManualCommand::Abort,
+        ManualCommand::Pause,
+        ManualCommand::Resume,
+    ]
+}
+
+/// A refused command is the caller's answer, not an event: the step leaves the state as
+/// it was and emits nothing, so no watcher hears of it.
+#[test]
+fn a_refused_command_changes_nothing_and_emits_nothing() {
+    let spec = base_spec();
+    let refused = [
+        (Phase::Progressing, true, ManualCommand::Pause),
+        (Phase::Progressing, false, ManualCommand::Resume),
+        (Phase::Failed, false, ManualCommand::Abort),
+        (Phase::Initialized, false, ManualCommand::Promote),
+        (Phase::Succeeded, false, ManualCommand::Promote),
+    ];
+    for (phase, paused, cmd) in refused {
+        let state = command_states()
+            .into_iter()
+            .find(|s| s.phase == phase && s.paused == paused && s.pending_revision.is_none())
+            .expect("state");
+        let (next, cmds) = step(&spec, &state, &Observation::command(cmd.clone()), 5);
+        assert_eq!(next, state, "{cmd:?} at {phase}");
+        assert!(cmds.is_empty(), "{cmd:?} at {phase}: {cmds:?}");
+    }
+}
+
+/// The acceptance rule, state by state, and `step` agreeing with it everywhere: an
+/// accepted command changes the state or emits an event, a refused one neither.
+#[test]
+fn command_refusal_is_the_rule_step_applies() {
+    use ManualCommand::*;
+    let refused = |s: &CanaryState, c: &ManualCommand| command_refusal(s, c);
+    let at = |phase: Phase, paused: bool, pending: bool| {
+        command_states()
+            .into_iter()
+            .find(|s| {
+                s.phase == phase && s.paused == paused && s.pending_revision.is_some() == pending
+            })
+            .expect("state")
+    };
+    assert_eq!(
+        refused(&at(Phase::Progressing, true, false), &Pause).as_deref(),
+        Some("pause refused: already paused (phase Progressing)")
+    );
+    assert_eq!(
+        refused(&at(Phase::Initialized, false, false), &Resume).as_deref(),
+        Some("resume refused: not paused (phase Initialized)")
+    );
+    assert_eq!(
+        refused(&at(Phase::Failed, false, false), &Abort).as_deref(),
+        Some("abort refused: no run in progress (phase Failed)")
+    );
+    assert_eq!(
+        refused(&at(Phase::Promoting, false, false), &Promote).as_deref(),
+        Some("promote refused: no analysis in progress (phase Promoting)")
+    );
+    assert_eq!(refused(&at(Phase::Succeeded, false, true), &Abort), None);
+    assert!(refused(&at(Phase::Finalising, false, true), &Abort).is_some());
+    assert_eq!(refused(&at(Phase::Promoting, true, false), &Abort), None);
+    assert_eq!(refused(&at(Phase::Waiting, false, false), &Promote), None);
+    assert_eq!(refused(&at(Phase::Progressing, false, false), &Pause), None);
+    assert_eq!(refused(&at(Phase::Initialized, true, false), &Resume), None);
+    let start = Start {
+        revision: "v4".into(),
+    };
+    for s in command_states() {
+        assert_eq!(refused(&s, &start), None, "start at {}", s.phase);
+    }
+
+    let spec = base_spec();
+    for state in command_states() {
+        for cmd in manual_commands() {
+            let (next, cmds) = step(&spec, &state, &Observation::command(cmd.clone()), 5);
+            let what = format!("{cmd:?} at {} (paused {})", state.phase, state.paused);
+            match refused(&state, &cmd) {
+                Some(_) => {
+                    assert_eq!(next, state, "{what}");
+                    assert!(cmds.is_empty(), "{what}: {cmds:?}");
+                }
+                None => assert!(
+                    next != state && cmds.iter().any(|c| matches!(c, Command::Event { .. })),
+                    "{what} accepted but did nothing: {cmds:?}"
+                ),
+            }
         }
     }
 }
