@@ -2,17 +2,19 @@
 //! fast path, hyper (`http1FastPath: false`, or after a hand-off), HTTP/2
 //! and TLS. Host must be one, agree with the target and reach the upstream;
 //! headers weir depends on are not dropped because `Connection` lists them;
-//! an unsolicited 101 is a 502; `x-weir-*` never comes from a client.
+//! an unsolicited 101 is a 502; `x-weir-*` never comes from a client; the
+//! header read timeout and `maxHeaderBytes` are one exact bound.
 
 mod proto_support;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use proto_support::support::{header, scripted, Raw, Reply};
+use proto_support::support::{header, read_response, scripted, Raw, Reply};
 use proto_support::*;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use weir::echo::EchoHandle;
 
@@ -278,5 +280,156 @@ async fn client_sent_weir_headers_are_stripped_on_every_path() {
             "{}",
             a.text()
         );
+    }
+}
+
+/// A head of exactly `len` bytes (request line through the empty line).
+fn head_of(len: usize) -> String {
+    let start = "GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\nX-Pad: ";
+    let end = "\r\n\r\n";
+    let pad = len - start.len() - end.len();
+    format!("{start}{}{end}", "p".repeat(pad))
+}
+
+#[tokio::test]
+async fn max_header_bytes_is_exact_over_http1() {
+    // 8192 is under the fast path's own buffer, 61440 (the default) over it.
+    for (max, extra) in [(8192, "  maxHeaderBytes: 8192\n"), (61440, "")] {
+        for fast in FAST_PATH {
+            let backend = echo_backend("v1", Duration::ZERO).await;
+            let app = start(&one_route(backend.addr, "", &proxy_block(fast, extra))).await;
+            for (len, want) in [(max, 200), (max + 1, 431), (max + 2048, 431)] {
+                let mut s = TcpStream::connect(app.proxy_addr()).await.unwrap();
+                // The proxy may close before reading it all; its answer counts.
+                let _ = s.write_all(head_of(len).as_bytes()).await;
+                let (raw, _) = read_until_close(&mut s, PATIENCE).await;
+                assert_eq!(
+                    statuses(&raw),
+                    vec![want],
+                    "max {max}, fast path {fast}, head of {len} bytes"
+                );
+            }
+            assert_eq!(served(&backend), 1, "max {max}, fast path {fast}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn max_header_bytes_is_exact_over_tls() {
+    let ca = Ca::new();
+    let dir = TempDir::new("heads-tls");
+    let leaf = ca.leaf(&["app.test"]);
+    dir.write("app.crt", &leaf.cert_pem);
+    dir.write("app.key", &leaf.key_pem);
+    let backend = echo_backend("v1", Duration::ZERO).await;
+    let yaml = format!(
+        "listeners:\n  - name: https\n    address: 127.0.0.1:0\n    tls: {{ certFile: app.crt, keyFile: app.key }}\n{}",
+        one_route(backend.addr, "", "")
+    );
+    let app = start_in(&yaml, &dir.0).await;
+    let cfg = ca.client_config(&[&rustls::version::TLS13], &[b"http/1.1"]);
+    for (len, want) in [(61440, 200), (61441, 431)] {
+        let mut tls = tls_connect(app.proxy_addr(), cfg.clone(), "app.test")
+            .await
+            .unwrap();
+        let _ = tls.write_all(head_of(len).as_bytes()).await;
+        let (raw, _) = read_until_close(&mut tls, PATIENCE).await;
+        assert_eq!(statuses(&raw), vec![want], "head of {len} bytes");
+    }
+}
+
+#[tokio::test]
+async fn max_header_bytes_bounds_the_http2_header_list_exactly() {
+    let backend = echo_backend("v1", Duration::ZERO).await;
+    let max = 16384;
+    let app = start(&one_route(backend.addr, "", "  maxHeaderBytes: 16384\n")).await;
+    let tcp = TcpStream::connect(app.proxy_addr()).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    // RFC 9113 §6.5.2: each field counts name + value + 32 octets,
+    // pseudo-header fields included.
+    let pseudo = (":method".len() + 3 + 32)
+        + (":scheme".len() + 4 + 32)
+        + (":authority".len() + "app.test".len() + 32)
+        + (":path".len() + 1 + 32);
+    for (size, want) in [(max, 200), (max + 1, 431)] {
+        let pad = size - pseudo - "x-pad".len() - 32;
+        let req = http::Request::get("http://app.test/")
+            .header("x-pad", "p".repeat(pad))
+            .body(())
+            .unwrap();
+        let mut send = send.clone().ready().await.unwrap();
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let status = resp.await.map(|r| r.status().as_u16());
+        assert_eq!(status.ok(), Some(want), "header list of {size} bytes");
+    }
+    assert_eq!(served(&backend), 1);
+}
+
+/// Writes `bytes` in pieces, `gap` apart; stops early when the proxy closed.
+async fn trickle(s: &mut TcpStream, bytes: &[u8], piece: usize, gap: Duration) {
+    for p in bytes.chunks(piece) {
+        if s.write_all(p).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(gap).await;
+    }
+}
+
+#[tokio::test]
+async fn the_header_read_timeout_is_one_bound_across_the_hand_off_to_hyper() {
+    // With a 2 s bound, the head passes the fast path's 16 KiB buffer at
+    // about 1 s (the connection goes to hyper) and is complete at about
+    // 2.5 s. One bound closes the connection at 2 s, before it is complete;
+    // a bound restarted at the hand-off would run to 3 s and serve it.
+    for fast in FAST_PATH {
+        let backend = echo_backend("v1", Duration::ZERO).await;
+        let app = start(&one_route(
+            backend.addr,
+            "",
+            &proxy_block(fast, "  headerReadTimeout: 2s\n"),
+        ))
+        .await;
+        let mut s = TcpStream::connect(app.proxy_addr()).await.unwrap();
+        let head = head_of(20 * 1024);
+        let (first, rest) = head.as_bytes().split_at(17 * 1024);
+        let (middle, last) = rest.split_at(rest.len() - 4);
+        trickle(&mut s, first, 1024, Duration::from_millis(1000 / 17)).await;
+        trickle(
+            &mut s,
+            middle,
+            256,
+            Duration::from_millis(1500 * 256 / middle.len() as u64),
+        )
+        .await;
+        let _ = s.write_all(last).await;
+        let (raw, closed) = read_until_close(&mut s, PATIENCE).await;
+        assert!(closed, "fast path {fast}: still open");
+        assert!(
+            raw.is_empty(),
+            "fast path {fast}: served after the header read timeout: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        assert_eq!(served(&backend), 0, "fast path {fast}");
+    }
+}
+
+#[tokio::test]
+async fn a_head_read_in_time_is_still_served_after_a_hand_off() {
+    for fast in FAST_PATH {
+        let backend = echo_backend("v1", Duration::ZERO).await;
+        let app = start(&one_route(
+            backend.addr,
+            "",
+            &proxy_block(fast, "  headerReadTimeout: 5s\n"),
+        ))
+        .await;
+        let mut c = Raw::to(app.proxy_addr()).await;
+        let head = head_of(20 * 1024).replace("Connection: close\r\n", "");
+        c.s.write_all(head.as_bytes()).await.unwrap();
+        let r = read_response(&mut c.s, &mut c.buf, false).await;
+        assert_eq!(r.status, 200, "fast path {fast}");
+        // The next request on the connection gets the whole bound again.
+        assert_eq!(c.get("/", "").await.status, 200);
     }
 }

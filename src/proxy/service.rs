@@ -353,7 +353,9 @@ pub async fn handle(
 }
 
 /// Refuses what must not be forwarded: a request smuggling attempt (400,
-/// connection closed), a request target over `maxUriBytes` (414), more
+/// connection closed), an HTTP/1 head over `maxHeaderBytes` that hyper's
+/// buffer let through (431, connection closed), a request target over
+/// `maxUriBytes` (414), more
 /// header fields than `maxHeaders` (431; HTTP/1 heads are already checked by
 /// hyper, this catches HTTP/2). Numbers every request of the connection.
 fn admit(
@@ -366,6 +368,13 @@ fn admit(
         if g.is_smuggling(index) {
             let mut r = ProxyError::BadRequest
                 .response("both Content-Length and Transfer-Encoding (request smuggling)");
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+        if g.is_oversized(index) {
+            let mut r = ProxyError::HeadersTooLarge
+                .response(&limits::head_too_large(settings.max_header_bytes));
             r.headers_mut()
                 .insert(CONNECTION, HeaderValue::from_static("close"));
             return Some(r);
