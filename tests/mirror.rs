@@ -98,6 +98,37 @@ async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
     assert_eq!(s.requests, n, "mirror answers recorded as role mirror");
 }
 
+#[tokio::test]
+async fn a_client_cannot_make_a_real_request_look_like_shadow_traffic() {
+    let blue = echo("v1").await;
+    let (shadow, seen) = recorder().await;
+    let app = proxy(&two_slot_config(
+        blue.addr,
+        shadow,
+        "    mirror: { weight: 100 }\n",
+    ))
+    .await;
+    let c = client();
+    let forged = [
+        ("host", "shop.test"),
+        ("x-weir-mirror", "1"),
+        ("x-weir-other", "x"),
+    ];
+    let r = get_once(&c, app.proxy_addr(), "/echo", &forged).await;
+    assert_eq!((r.status, r.version()), (200, Some("v1")));
+    let headers = &r.json()["headers"];
+    assert!(headers.get("x-weir-mirror").is_none(), "{headers}");
+    assert!(headers.get("x-weir-other").is_none(), "{headers}");
+    // The shadow copy is still marked, by weir.
+    let copied = eventually(Duration::from_secs(10), || {
+        let n = seen.lock().unwrap().len();
+        async move { n == 1 }
+    })
+    .await;
+    assert!(copied, "no shadow copy");
+    assert_eq!(seen.lock().unwrap()[0].1, "1");
+}
+
 async fn primary_p99_ms(app: &weir::app::RunningApp) -> f64 {
     let stats = app.store.route_stats("app").unwrap();
     stats

@@ -3,7 +3,7 @@
 //!
 //! | limit | where | answer |
 //! |---|---|---|
-//! | head size (`maxHeaderBytes`) | hyper h1 `max_buf_size`, h2 `max_header_list_size` | 431 |
+//! | head size (`maxHeaderBytes`) | h1: the fast path; `smuggle::Tracker` + the service behind hyper (whose `max_buf_size` is only a loose bound); h2 `max_header_list_size` | 431 |
 //! | header count (`maxHeaders`) | hyper h1 `max_headers`; here for HTTP/2 | 431 |
 //! | request-target length (`maxUriBytes`) | here | 414 |
 //! | body idle (`bodyIdleTimeout`) | [`IdleTimeout`] on both bodies | 408 before the response, else the stream is cut |
@@ -28,6 +28,12 @@ pub fn request_target_len(uri: &Uri) -> usize {
         Some(a) => uri.scheme_str().map_or(0, |s| s.len() + 3) + a.as_str().len() + pq,
         None => pq,
     }
+}
+
+/// The detail of the 431 for an HTTP/1 head longer than `max` bytes (the
+/// request line through the empty line that ends the head).
+pub fn head_too_large(max: usize) -> String {
+    format!("the request head is longer than {max} bytes")
 }
 
 /// Whether a request carries more header fields than `max` (every value of

@@ -81,9 +81,50 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
         || *name == PROXY_CONNECTION
 }
 
-/// Removes the hop-by-hop headers and every header named in `Connection`.
-/// One pass over the names first: most messages carry none, and then
-/// nothing is hashed or removed.
+/// Whether a header the proxy depends on is named: one that `Connection`
+/// can never make hop-by-hop (the class of CVE-2022-31813). Host routes the
+/// request and names the origin; Content-Length frames a message (a listed
+/// Transfer-Encoding is stripped anyway and the body re-framed); weir sets
+/// the X-Forwarded-* headers itself. Case-insensitive, as names arrive from
+/// `Connection` values and from `httparse` in any case.
+pub fn is_protected(name: &str) -> bool {
+    let n = name.as_bytes();
+    let eq = |s: &str| n.eq_ignore_ascii_case(s.as_bytes());
+    match n.len() {
+        4 => eq("host"),
+        14 => eq("content-length"),
+        15 => eq("x-forwarded-for"),
+        16 => eq("x-forwarded-host"),
+        17 => eq("x-forwarded-proto"),
+        _ => false,
+    }
+}
+
+/// Whether `name` is one of weir's own headers (`x-weir-` prefix, any
+/// case), which only weir may set on a request it forwards.
+pub fn is_weir_header(name: &str) -> bool {
+    name.len() >= 7 && name.as_bytes()[..7].eq_ignore_ascii_case(b"x-weir-")
+}
+
+/// Removes every `x-weir-*` header a client sent. One pass over the names
+/// first (a prefix compare each); most requests carry none.
+pub fn strip_weir_headers(headers: &mut HeaderMap) {
+    if !headers.keys().any(|n| is_weir_header(n.as_str())) {
+        return;
+    }
+    let forged: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_weir_header(n.as_str()))
+        .cloned()
+        .collect();
+    for n in forged {
+        headers.remove(n);
+    }
+}
+
+/// Removes the hop-by-hop headers and every header named in `Connection`
+/// except the protected ones ([`is_protected`]). One pass over the names
+/// first: most messages carry none, and then nothing is hashed or removed.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !headers.keys().any(is_hop_by_hop) {
         return;
@@ -94,7 +135,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|n| HeaderName::from_bytes(n.trim().to_ascii_lowercase().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|n| !is_protected(n))
+            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
             .collect();
         for n in listed {
             headers.remove(n);
@@ -129,6 +172,25 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-keep"));
+        // Listing a header the proxy depends on does not remove it.
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            "close, Host, content-length, X-Forwarded-For, x-forwarded-proto, x-forwarded-host"
+                .parse()
+                .unwrap(),
+        );
+        for n in [
+            "host",
+            "content-length",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+            "x-forwarded-host",
+        ] {
+            h.insert(HeaderName::from_static(n), "1".parse().unwrap());
+        }
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 5, "{h:?}");
         // Each fixed name alone is found by the first pass.
         for n in [
             "connection",
@@ -145,5 +207,21 @@ mod tests {
             strip_hop_by_hop(&mut h);
             assert_eq!(h.len(), 1, "{n} not stripped");
         }
+    }
+
+    #[test]
+    fn strips_weir_headers_in_any_case_and_nothing_else() {
+        let mut h = HeaderMap::new();
+        h.insert("x-weir-mirror", "1".parse().unwrap());
+        h.insert("x-weir-attempt", "2".parse().unwrap());
+        h.insert("x-weirdo", "kept".parse().unwrap());
+        h.insert("x-weir", "kept".parse().unwrap());
+        strip_weir_headers(&mut h);
+        let mut left: Vec<&str> = h.keys().map(|n| n.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["x-weir", "x-weirdo"]);
+        assert!(is_weir_header("X-Weir-Mirror"));
+        assert!(is_weir_header("x-weir-"));
+        assert!(!is_weir_header("x-wei"));
     }
 }

@@ -34,7 +34,9 @@ pub fn conn_builder(s: &ProxySettings) -> auto::Builder<TokioExecutor> {
         // Closes the connection (no 408) when a request head takes longer.
         .header_read_timeout(s.header_read_timeout)
         .keep_alive(true)
-        // A head that does not fit the read buffer is answered with 431.
+        // A head that does not fit the read buffer is answered with 431; one
+        // that fits but is longer than `maxHeaderBytes` is refused by the
+        // service (`smuggle::Tracker` measures it), as this bound is loose.
         .max_buf_size(s.max_header_bytes.max(8192))
         // More header lines than this: 431.
         .max_headers(s.max_headers);
@@ -43,8 +45,10 @@ pub fn conn_builder(s: &ProxySettings) -> auto::Builder<TokioExecutor> {
         .max_concurrent_streams(Some(s.http2_max_concurrent_streams))
         .max_pending_accept_reset_streams(Some(s.http2_max_pending_accept_reset_streams))
         .max_local_error_reset_streams(Some(s.http2_max_local_error_reset_streams))
-        // h2 answers 431 itself when a header list is larger.
-        .max_header_list_size(u32::try_from(s.max_header_bytes).unwrap_or(u32::MAX));
+        // h2 answers 431 itself when a header list (RFC 9113 §6.5.2 size) is
+        // larger. It refuses a list that reaches its limit, so the limit is
+        // one more than the largest list accepted.
+        .max_header_list_size(u32::try_from(s.max_header_bytes + 1).unwrap_or(u32::MAX));
     b
 }
 
@@ -111,7 +115,7 @@ pub async fn serve(
                 let s = &shared.settings;
                 let tracker = Tracker::new(s.max_header_bytes, s.max_headers);
                 let io = Sniffed::new(stream, tracker, conn.guard.clone());
-                tokio::spawn(run(io, false, conn));
+                tokio::spawn(run(io, false, conn, None));
             }
             Some(t) => {
                 tokio::spawn(tls_connection(stream, t.clone(), conn));
@@ -169,12 +173,20 @@ async fn tls_connection(stream: TcpStream, t: Arc<Terminator>, conn: Conn) {
     };
     let io = Sniffed::new(stream, tracker, conn.guard.clone());
     // Boxed: awaited inline, the HTTP future would be laid out twice.
-    Box::pin(run(io, true, conn)).await
+    Box::pin(run(io, true, conn, None)).await
 }
 
 /// Serves a connection with hyper (HTTP/1.1, or HTTP/2 by preface or ALPN).
-pub(super) async fn run<IO>(io: IO, tls: bool, c: Conn)
-where
+/// The first request must have started by `first_request_by` (default: the
+/// header read timeout from now); a connection the fast path hands over in
+/// the middle of a head passes what is left of its bound, since hyper's own
+/// timer would start again from the hand-off.
+pub(super) async fn run<IO>(
+    io: IO,
+    tls: bool,
+    c: Conn,
+    first_request_by: Option<tokio::time::Instant>,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Conn {
@@ -186,7 +198,13 @@ where
         shutdown: _,
         _permit,
     } = c;
-    let first_request_within = shared.settings.header_read_timeout;
+    let first_request_by = first_request_by.unwrap_or_else(|| {
+        let now = tokio::time::Instant::now();
+        let within = shared.settings.header_read_timeout;
+        // No upper bound in the config: an absurd one must not overflow.
+        now.checked_add(within)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+    });
     let info = ConnInfo {
         peer,
         tls,
@@ -203,7 +221,7 @@ where
     tokio::pin!(conn);
     let res = tokio::select! {
         r = &mut conn => r,
-        _ = tokio::time::sleep(first_request_within) => {
+        _ = tokio::time::sleep_until(first_request_by) => {
             if guard.requests() == 0 {
                 tracing::debug!(target: "weir::conn", %peer, "no request within the header read timeout; closing");
                 return;

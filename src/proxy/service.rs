@@ -4,9 +4,9 @@
 use super::body::ProxyBody;
 use super::errors::ProxyError;
 use super::smuggle::ConnGuard;
-use super::strip_hop_by_hop;
 use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
+use super::{strip_hop_by_hop, strip_weir_headers};
 use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::control::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route, Side};
@@ -91,7 +91,15 @@ pub async fn handle(
         None => None,
     };
 
-    // Phase: route. HTTP/2 carries the authority in the URI, HTTP/1 in Host.
+    // Host is a singleton (RFC 9112 §3.2): two of them are two answers to
+    // "which origin", and a proxy must not pick one.
+    if parts.headers.get_all(HOST).iter().nth(1).is_some() {
+        return Ok(ProxyError::BadRequest.response("more than one Host header"));
+    }
+
+    // Phase: route. HTTP/2 carries the authority in the URI, HTTP/1 in Host
+    // (or in an absolute-form target, which then replaces Host: RFC 9112
+    // §3.2.2; `upstream_request` sends the same authority as Host).
     let host_raw = parts
         .uri
         .authority()
@@ -211,8 +219,14 @@ pub async fn handle(
     let result = tokio::time::timeout(route.timeout, client.request(up)).await;
     // The client stopped sending its body: its fault, not the backend's.
     let client_stalled = matches!(&result, Ok(Err(e)) if limits::is_idle_timeout(e));
+    // A 101 the client did not ask for cannot be forwarded: an HTTP/1 client
+    // would take the connection as switched, and HTTP/2 has no 101 at all
+    // (RFC 9113 §8.6). It is the upstream breaking the exchange.
+    let unsolicited_switch = client_upgrade.is_none()
+        && matches!(&result, Ok(Ok(r)) if r.status() == StatusCode::SWITCHING_PROTOCOLS);
     // Passive outlier detection: a 5xx, a connect error, a broken exchange or a timeout.
-    let failed = !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
+    let failed =
+        unsolicited_switch || !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
     if !client_stalled {
         backend.observe(&endpoint, failed);
     }
@@ -234,6 +248,11 @@ pub async fn handle(
             r.headers_mut()
                 .insert(CONNECTION, HeaderValue::from_static("close"));
             r
+        }
+        Ok(Ok(_)) if unsolicited_switch => {
+            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
+            let msg = format!("{} broke the exchange", endpoint.address);
+            finish_error(&shared, rt, role, ProxyError::Upstream, &msg, start)
         }
         Ok(Err(e)) => {
             tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
@@ -334,7 +353,9 @@ pub async fn handle(
 }
 
 /// Refuses what must not be forwarded: a request smuggling attempt (400,
-/// connection closed), a request target over `maxUriBytes` (414), more
+/// connection closed), an HTTP/1 head over `maxHeaderBytes` that hyper's
+/// buffer let through (431, connection closed), a request target over
+/// `maxUriBytes` (414), more
 /// header fields than `maxHeaders` (431; HTTP/1 heads are already checked by
 /// hyper, this catches HTTP/2). Numbers every request of the connection.
 fn admit(
@@ -347,6 +368,13 @@ fn admit(
         if g.is_smuggling(index) {
             let mut r = ProxyError::BadRequest
                 .response("both Content-Length and Transfer-Encoding (request smuggling)");
+            r.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return Some(r);
+        }
+        if g.is_oversized(index) {
+            let mut r = ProxyError::HeadersTooLarge
+                .response(&limits::head_too_large(settings.max_header_bytes));
             r.headers_mut()
                 .insert(CONNECTION, HeaderValue::from_static("close"));
             return Some(r);
@@ -393,8 +421,9 @@ struct Target<'a> {
 /// HTTP/1.1 (the client picks the real version per connection: an HTTP/2
 /// pool sends it as HTTP/2), hop-by-hop headers stripped (except an
 /// upgrade's, and `te: trailers` towards HTTP/2 backends, which gRPC
-/// needs), X-Forwarded-* set, the client's Host kept (or added from the
-/// HTTP/2 authority), route header edits applied.
+/// needs), the client's `x-weir-*` headers removed, X-Forwarded-* set, the
+/// client's Host kept (replaced by the target's authority when there is one:
+/// absolute form, HTTP/2), route header edits applied.
 fn upstream_request(
     parts: http::request::Parts,
     target: &Target<'_>,
@@ -406,7 +435,6 @@ fn upstream_request(
         method,
         uri,
         mut headers,
-        version,
         ..
     } = parts;
     let te_trailers = target.protocol != UpstreamProtocol::Http1
@@ -423,11 +451,13 @@ fn upstream_request(
     if te_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
-    if version == Version::HTTP_2 && !headers.contains_key(HOST) {
-        if let Some(a) = uri.authority() {
-            if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-                headers.insert(HOST, v);
-            }
+    strip_weir_headers(&mut headers);
+    // The authority the request was routed by is the Host the upstream gets:
+    // an absolute-form target's (RFC 9112 §3.2.2) or HTTP/2's `:authority`,
+    // which wins over a differing `host` header (RFC 9113 §8.3.1).
+    if let Some(a) = uri.authority() {
+        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
+            headers.insert(HOST, v);
         }
     }
     append_forwarded_for(&mut headers, conn.peer.ip());

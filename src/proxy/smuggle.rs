@@ -35,6 +35,9 @@ pub struct ConnGuard {
     /// Index of the first request head with both Content-Length and
     /// Transfer-Encoding; `u64::MAX` = none.
     bad_head: AtomicU64,
+    /// Index of the first request head longer than `maxHeaderBytes` that
+    /// hyper's looser buffer limit let through; `u64::MAX` = none.
+    oversized: AtomicU64,
 }
 
 impl Default for ConnGuard {
@@ -42,6 +45,7 @@ impl Default for ConnGuard {
         ConnGuard {
             requests: AtomicU64::new(0),
             bad_head: AtomicU64::new(u64::MAX),
+            oversized: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -60,6 +64,17 @@ impl ConnGuard {
     /// Whether request `index` had both Content-Length and Transfer-Encoding.
     pub fn is_smuggling(&self, index: u64) -> bool {
         self.bad_head.load(Ordering::Relaxed) == index
+    }
+
+    /// Whether request `index` had a head longer than `maxHeaderBytes`.
+    pub fn is_oversized(&self, index: u64) -> bool {
+        self.oversized.load(Ordering::Relaxed) == index
+    }
+
+    fn mark_oversized(&self, index: u64) {
+        let _ =
+            self.oversized
+                .compare_exchange(u64::MAX, index, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     fn mark(&self, index: u64) {
@@ -100,12 +115,15 @@ pub struct Tracker {
     scan_from: usize,
     /// Heads completed so far.
     heads: u64,
-    /// Heads bigger than this are left to hyper (431).
+    /// Heads bigger than this (request line through the empty line) are
+    /// marked: hyper's buffer limit only roughly matches it.
     max_head: usize,
     /// Header slots for the parser; more headers are left to hyper (431).
     max_headers: usize,
     /// First head index with both framing headers.
     bad: Option<u64>,
+    /// Index of the head found longer than `max_head`.
+    oversized: Option<u64>,
 }
 
 impl Tracker {
@@ -119,6 +137,7 @@ impl Tracker {
             max_head,
             max_headers,
             bad: None,
+            oversized: None,
         }
     }
 
@@ -133,6 +152,12 @@ impl Tracker {
     /// Transfer-Encoding.
     pub fn bad_head(&self) -> Option<u64> {
         self.bad
+    }
+
+    /// The head (0-based) found longer than `max_head`; tracking stops there,
+    /// as the connection is closed after its 431.
+    pub fn oversized_head(&self) -> Option<u64> {
+        self.oversized
     }
 
     /// Whether the tracker still follows the stream.
@@ -293,7 +318,7 @@ impl Tracker {
             let Some(end) = end else {
                 self.scan_from = self.head.len();
                 if self.head.len() > self.max_head {
-                    self.phase = Phase::Off;
+                    self.too_large();
                 }
                 return None;
             };
@@ -320,12 +345,21 @@ impl Tracker {
                     self.phase = Phase::Off;
                     return Some(&self.head[len..]);
                 }
+                HeadResult::TooLarge => {
+                    self.too_large();
+                    return None;
+                }
                 HeadResult::GiveUp => {
                     self.phase = Phase::Off;
                     return None;
                 }
             }
         }
+    }
+
+    fn too_large(&mut self) {
+        self.oversized.get_or_insert(self.heads);
+        self.phase = Phase::Off;
     }
 
     fn analyze(&self) -> HeadResult {
@@ -344,7 +378,7 @@ impl Tracker {
             Err(_) => return HeadResult::GiveUp,
         };
         if len > self.max_head {
-            return HeadResult::GiveUp;
+            return HeadResult::TooLarge;
         }
         let http11 = req.version == Some(1);
         let mut cl: Option<u64> = None;
@@ -385,6 +419,8 @@ enum HeadResult {
     Done(usize, Phase),
     /// A head hyper will refuse or close after; `true` = both framing headers.
     Bad(usize, bool),
+    /// A head longer than the limit.
+    TooLarge,
     /// Not HTTP/1 as the tracker understands it.
     GiveUp,
 }
@@ -431,6 +467,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Sniffed<IO> {
                 this.tracker.feed(&buf.filled()[before..]);
                 if let Some(i) = this.tracker.bad_head() {
                     this.guard.mark(i);
+                }
+                if let Some(i) = this.tracker.oversized_head() {
+                    this.guard.mark_oversized(i);
                 }
             }
         }
@@ -533,11 +572,33 @@ GET /f HTTP/1.1\r\n\r\n";
     }
 
     #[test]
-    fn an_oversized_head_is_left_to_hyper() {
+    fn an_oversized_head_is_marked_and_ends_tracking() {
         let mut t = Tracker::new(64, 100);
         t.feed(b"GET / HTTP/1.1\r\nX-Long: ");
         t.feed(&[b'a'; 100]);
         assert!(!t.is_on());
+        assert_eq!(t.oversized_head(), Some(0));
+        // Exactly the limit passes, one byte more is marked, whole or split.
+        let head = |len: usize| {
+            let start = b"GET / HTTP/1.1\r\nX: ";
+            let mut h = start.to_vec();
+            h.resize(len - 4, b'a');
+            h.extend_from_slice(b"\r\n\r\n");
+            h
+        };
+        for len in [64, 65] {
+            let mut input = b"GET /first HTTP/1.1\r\n\r\n".to_vec();
+            input.extend_from_slice(&head(len));
+            let (want, heads) = if len == 64 { (None, 2) } else { (Some(1), 1) };
+            for step in [usize::MAX, 1, 7] {
+                let mut t = Tracker::new(64, 100);
+                for piece in input.chunks(step.min(input.len())) {
+                    t.feed(piece);
+                }
+                assert_eq!(t.oversized_head(), want, "len {len}, step {step}");
+                assert_eq!(t.heads, heads, "len {len}, step {step}");
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! sent back. No IO, no clock (the caller passes the Date value).
 //!
 //! It must make the same changes as the general path (`service`): hop-by-hop
-//! headers and the ones named in `Connection` stripped both ways,
+//! headers and the ones named in `Connection` stripped both ways (never
+//! Host, Content-Length or X-Forwarded-*), the client's `x-weir-*` removed,
 //! X-Forwarded-For appended, X-Forwarded-Proto/-Host set, the client's Host
 //! kept, affinity cookies added. It keeps what hyper would lose: header
 //! case, order and duplicates, and the upstream's reason phrase.
@@ -53,14 +54,15 @@ impl<'b> Listed<'b> {
     }
 }
 
-/// What `Connection` says: close after this message, and what else to strip.
+/// What `Connection` says: close after this message, and what else to strip
+/// (never a header the proxy depends on, `crate::proxy::is_protected`).
 /// `None` when it names `upgrade` or more names than fit.
 fn connection_tokens<'b>(value: &'b [u8], close: &mut bool, listed: &mut Listed<'b>) -> Option<()> {
     let v = std::str::from_utf8(value).ok()?;
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         if t.eq_ignore_ascii_case("close") {
             *close = true;
-        } else if t.eq_ignore_ascii_case("keep-alive") {
+        } else if t.eq_ignore_ascii_case("keep-alive") || crate::proxy::is_protected(t) {
         } else if t.eq_ignore_ascii_case("upgrade") || !listed.push(t) {
             return None;
         }
@@ -153,7 +155,7 @@ pub fn analyze_request<'b>(
 }
 
 /// Appends the head sent upstream: the request line with HTTP/1.1, every
-/// end-to-end header as received, then X-Forwarded-For (the client's first
+/// end-to-end header as received but the client's `x-weir-*` ones, then X-Forwarded-For (the client's first
 /// value, if any, joined with the peer, as nginx's
 /// `$proxy_add_x_forwarded_for`), X-Forwarded-Proto and X-Forwarded-Host.
 pub fn write_upstream_head(
@@ -169,7 +171,7 @@ pub fn write_upstream_head(
     let mut forwarded_for: Option<&[u8]> = None;
     for h in headers {
         let n = h.name;
-        if is_hop_by_hop(n) || req.listed.contains(n) {
+        if is_hop_by_hop(n) || req.listed.contains(n) || crate::proxy::is_weir_header(n) {
             continue;
         }
         if named(n, "x-forwarded-for") {
@@ -375,7 +377,7 @@ fn strip_listed(headers: &[httparse::Header<'_>], name: &str) -> bool {
             std::str::from_utf8(h.value)
                 .unwrap_or("")
                 .split(',')
-                .any(|t| named(t.trim(), name))
+                .any(|t| named(t.trim(), name) && !crate::proxy::is_protected(name))
         })
 }
 

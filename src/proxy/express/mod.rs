@@ -108,7 +108,9 @@ pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
         };
         let end = match read {
             Ok(Some(Some(end))) => end,
-            Ok(Some(None)) => return handoff(stream, buf, conn).await,
+            // hyper reads the rest of this head within what is left of the
+            // bound, not a new one.
+            Ok(Some(None)) => return handoff(stream, buf, conn, Some(head_timer.deadline())).await,
             Ok(None) | Err(_) => return,
         };
         let client = Client {
@@ -129,7 +131,7 @@ pub(super) async fn connection(mut stream: TcpStream, conn: Conn) {
         match next {
             Next::KeepAlive => {}
             Next::Close => return,
-            Next::Handoff => return handoff(stream, buf, conn).await,
+            Next::Handoff => return handoff(stream, buf, conn, None).await,
         }
         if buf.is_empty() {
             // Idle connections hold no buffer.
@@ -152,13 +154,20 @@ async fn shutting_down(mut rx: watch::Receiver<bool>) {
     }
 }
 
-/// hyper takes the connection over, reading `buf` first.
-async fn handoff(stream: TcpStream, buf: Vec<u8>, conn: Conn) {
+/// hyper takes the connection over, reading `buf` first; `head_by` is
+/// when the head being read must be complete (`None`: a whole head is in
+/// `buf`, and hyper's own bound applies from now).
+async fn handoff(
+    stream: TcpStream,
+    buf: Vec<u8>,
+    conn: Conn,
+    head_by: Option<tokio::time::Instant>,
+) {
     let s = &conn.shared.settings;
     let tracker = Tracker::new(s.max_header_bytes, s.max_headers);
     let io = Sniffed::new(Rewind::new(buf, stream), tracker, conn.guard.clone());
     // Boxed: awaited inline, hyper's connection would size every fast one.
-    Box::pin(run(io, false, conn)).await
+    Box::pin(run(io, false, conn, head_by)).await
 }
 
 /// Reads until `buf` holds a whole head: `Some(Some(end))`; `Some(None)`
@@ -243,6 +252,17 @@ fn prepare(
     snap: &crate::control::store::Snapshot,
     cx: &Client<'_>,
 ) -> Prepared {
+    // The head as `maxHeaderBytes` counts it: request line through the
+    // empty line. hyper would close after its 431, so this closes too.
+    if head.len() > shared.settings.max_header_bytes {
+        return Prepared::Answer(Answer {
+            err: ProxyError::HeadersTooLarge,
+            detail: super::limits::head_too_large(shared.settings.max_header_bytes),
+            counted: None,
+            close: true,
+            log: None,
+        });
+    }
     let mut hs = [httparse::EMPTY_HEADER; REQUEST_HEADERS];
     let mut req = httparse::Request::new(&mut hs);
     match req.parse(head) {
