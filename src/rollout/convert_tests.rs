@@ -416,3 +416,12 @@ fn endpoint_revisions_change_with_the_list_only() {
     assert_eq!(checksum("a", Some("v1")), checksum("a", Some("v1")));
     assert_ne!(checksum("a", Some("v1")), checksum("a", Some("v2")));
 }
+
+/// Flagger caps step weights at 100; the spec carries the capped list, which walks the
+/// same weights (the machine's table test `stepWeights 1,2,10,200` runs it).
+#[test]
+fn step_weights_over_100_are_capped_in_the_spec() {
+    let d = def("    analysis: { stepWeights: [1, 2, 10, 200] }\n");
+    assert_eq!(d.spec.analysis.step_weights, vec![1, 2, 10, 100]);
+    assert_eq!(d.spec.analysis.max_weight(), 100);
+}
