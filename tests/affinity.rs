@@ -253,3 +253,61 @@ async fn the_engine_gives_the_primary_cookie_the_analysis_interval_as_max_age() 
         assert!(parts.contains(&"Max-Age=2"), "fast path {fast}: {cookie:?}");
     }
 }
+
+/// `PATCH {"canaryWeight": 0, "canary": null}` through the real admin API ends the run
+/// too: the old canary cookie is deleted (`Max-Age=-1`, same Domain and Path), on both
+/// HTTP/1 paths.
+#[tokio::test]
+async fn removing_the_canary_through_the_api_deletes_the_old_canary_cookie() {
+    for fast in [true, false] {
+        let blue = echo("v1").await;
+        let green = echo("v2").await;
+        let yaml = format!(
+            "proxy: {{ http1FastPath: {fast} }}\n{}",
+            two_slot_config(
+                blue.addr,
+                green.addr,
+                &format!("    canaryWeight: 100\n{AFFINITY}")
+            )
+        );
+        let app = proxy(&yaml).await;
+        let c = client();
+        let mut jar = Jar::default();
+        let (v, _) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert_eq!(v, "v2", "weight 100 draws the canary");
+        let run = jar.cookies.get("weir-canary").cloned().expect("canary pin");
+
+        let body = r#"{"canaryWeight": 0, "canary": null}"#;
+        let req = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri(format!("http://{}/api/v1/routes/app", app.admin_addr))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("request");
+        let r = send(&c, req).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+
+        let (v, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert_eq!(v, "v1", "fast path {fast}");
+        let del = set
+            .iter()
+            .find(|s| s.starts_with("weir-canary="))
+            .unwrap_or_else(|| panic!("fast path {fast}: no deleting Set-Cookie in {set:?}"));
+        let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
+        for want in [
+            format!("weir-canary={run}").as_str(),
+            "Max-Age=-1",
+            "Domain=app.test",
+            "Path=/",
+        ] {
+            assert!(parts.contains(want), "{want:?} missing in {del:?}");
+        }
+        assert!(
+            !jar.cookies.contains_key("weir-canary"),
+            "the jar deleted it"
+        );
+        // Once deleted, nothing more is set.
+        let (_, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert!(set.is_empty(), "fast path {fast}: {set:?}");
+    }
+}
