@@ -322,6 +322,10 @@ pub fn main() -> ExitCode {
     match cli.cmd {
         Command::Check { config } => match config::load_file(&config) {
             Ok(c) => {
+                if !c.warnings.is_empty() {
+                    let file = config.display().to_string();
+                    eprintln!("{}", config::format_warnings(&file, &c.warnings));
+                }
                 println!(
                     "{}: ok ({} listeners, {} backends, {} routes, {} canaries)",
                     config.display(),
@@ -346,6 +350,10 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            if !cfg.warnings.is_empty() {
+                let file = config.display().to_string();
+                eprintln!("{}", config::format_warnings(&file, &cfg.warnings));
+            }
             let rt = match runtime(workers) {
                 Ok(rt) => rt,
                 Err(e) => {

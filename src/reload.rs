@@ -50,6 +50,10 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
     // The whole file must validate, not only the table: a reload that would not
     // also start is refused.
     let (raw, cfg) = config::load_file_with_raw(path).map_err(|e| e.to_string())?;
+    if !cfg.warnings.is_empty() {
+        let file = path.display().to_string();
+        tracing::warn!("{}", config::format_warnings(&file, &cfg.warnings));
+    }
 
     let was = &started.raw;
     let needs_restart: Vec<&'static str> = [

@@ -187,3 +187,127 @@ async fn a_forged_or_stale_cookie_cannot_select_the_canary() {
         }
     }
 }
+
+/// Polls the in-process table until route `app` has a canary weight above 0.
+async fn wait_for_weight(app: &weir::app::RunningApp) -> u8 {
+    let w = || app.store.load().spec.routing.routes[0].canary_weight;
+    assert!(
+        eventually(std::time::Duration::from_secs(30), || async { w() > 0 }).await,
+        "the engine never moved the weight"
+    );
+    w()
+}
+
+async fn engine_command(app: &weir::app::RunningApp, cmd: weir::rollout::ManualCommand) {
+    let out = app.engine.command("app", cmd).await.expect("delivered");
+    assert!(out.accepted, "{}", out.message);
+}
+
+/// With the engine driving the route, the primary pin lasts one analysis interval (here
+/// 2 s; the old fixed 60 s outlived a step), on both HTTP/1 paths.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_gives_the_primary_cookie_the_analysis_interval_as_max_age() {
+    for fast in [true, false] {
+        let blue = echo("v1").await;
+        let green = echo("v2").await;
+        let yaml = format!(
+            "proxy: {{ http1FastPath: {fast} }}\n{}canaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 2s\n      stepWeight: 50\n      sessionAffinity: {{ cookieName: weir-canary, primaryCookieName: weir-primary }}\n",
+            two_slot_config(blue.addr, green.addr, "")
+        );
+        let app = proxy(&yaml).await;
+        let initialized = || {
+            app.engine
+                .status("app")
+                .is_some_and(|s| s.phase == weir::rollout::Phase::Initialized)
+        };
+        assert!(
+            eventually(std::time::Duration::from_secs(30), || async {
+                initialized()
+            })
+            .await
+        );
+        engine_command(
+            &app,
+            weir::rollout::ManualCommand::Start {
+                revision: "v2".into(),
+            },
+        )
+        .await;
+        assert_eq!(wait_for_weight(&app).await, 50);
+        // Frozen at 50 % so the route cannot change under the requests.
+        engine_command(&app, weir::rollout::ManualCommand::Pause).await;
+        let c = client();
+        let mut primary_cookie = None;
+        // At 50 % each fresh client lands on the primary with p = 1/2: 64 misses in a
+        // row happen with p = 2^-64.
+        for _ in 0..64 {
+            let mut jar = Jar::default();
+            let (v, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+            if v == "v1" {
+                primary_cookie = set.into_iter().find(|s| s.starts_with("weir-primary="));
+                break;
+            }
+        }
+        let cookie = primary_cookie.expect("a primary-pinned client with its cookie");
+        let parts: Vec<&str> = cookie.split(';').map(str::trim).collect();
+        assert!(parts.contains(&"Max-Age=2"), "fast path {fast}: {cookie:?}");
+    }
+}
+
+/// `PATCH {"canaryWeight": 0, "canary": null}` through the real admin API ends the run
+/// too: the old canary cookie is deleted (`Max-Age=-1`, same Domain and Path), on both
+/// HTTP/1 paths.
+#[tokio::test]
+async fn removing_the_canary_through_the_api_deletes_the_old_canary_cookie() {
+    for fast in [true, false] {
+        let blue = echo("v1").await;
+        let green = echo("v2").await;
+        let yaml = format!(
+            "proxy: {{ http1FastPath: {fast} }}\n{}",
+            two_slot_config(
+                blue.addr,
+                green.addr,
+                &format!("    canaryWeight: 100\n{AFFINITY}")
+            )
+        );
+        let app = proxy(&yaml).await;
+        let c = client();
+        let mut jar = Jar::default();
+        let (v, _) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert_eq!(v, "v2", "weight 100 draws the canary");
+        let run = jar.cookies.get("weir-canary").cloned().expect("canary pin");
+
+        let body = r#"{"canaryWeight": 0, "canary": null}"#;
+        let req = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri(format!("http://{}/api/v1/routes/app", app.admin_addr))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("request");
+        let r = send(&c, req).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+
+        let (v, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert_eq!(v, "v1", "fast path {fast}");
+        let del = set
+            .iter()
+            .find(|s| s.starts_with("weir-canary="))
+            .unwrap_or_else(|| panic!("fast path {fast}: no deleting Set-Cookie in {set:?}"));
+        let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
+        for want in [
+            format!("weir-canary={run}").as_str(),
+            "Max-Age=-1",
+            "Domain=app.test",
+            "Path=/",
+        ] {
+            assert!(parts.contains(want), "{want:?} missing in {del:?}");
+        }
+        assert!(
+            !jar.cookies.contains_key("weir-canary"),
+            "the jar deleted it"
+        );
+        // Once deleted, nothing more is set.
+        let (_, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
+        assert!(set.is_empty(), "fast path {fast}: {set:?}");
+    }
+}

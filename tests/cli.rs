@@ -49,3 +49,22 @@ fn a_broken_config_prints_every_error_and_exits_1() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_config_with_warnings_passes_check_and_prints_them_with_the_field() {
+    let dir = std::env::temp_dir().join(format!("weir-cli-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("capped.yaml");
+    std::fs::write(
+        &path,
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nbackends:\n  a:\n    endpoints: [\"127.0.0.1:9001\"]\n  b:\n    endpoints: [\"127.0.0.1:9002\"]\nroutes:\n  - name: r\n    primary: a\n    canary: b\ncanaries:\n  - name: c\n    route: r\n    analysis:\n      stepWeights: [1, 2, 10, 200]\n",
+    )
+    .unwrap();
+    let out = weir().args(["check", "-c"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let needle = "capped.yaml:17:31: warning: canaries[0].analysis.stepWeights[3]:";
+    assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

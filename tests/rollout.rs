@@ -292,12 +292,14 @@ async fn a_canary_answering_500s_is_rolled_back() {
     start_run(&app).await;
     let done = wait_for(&app, "the end of the run", ended).await;
     assert_eq!(done.phase, Phase::Failed, "{done:#?}");
-    assert_eq!(done.failed_checks, 4);
+    // Flagger's status after a rollback: 0 failed checks; the event keeps the count.
+    assert_eq!((done.failed_checks, done.iterations), (0, 0));
     let rollback = done
         .events
         .iter()
         .find(|e| e.reason == "RolledBack")
         .expect("RolledBack event");
+    assert_eq!(rollback.failed_checks, 4, "{rollback:#?}");
     assert!(
         rollback.message.contains("failed checks threshold"),
         "{}",
@@ -512,18 +514,24 @@ async fn sticky_canary_clients_never_flip_during_the_run() {
     traffic.stop().await;
 }
 
-/// A canary block with `skipAnalysis: true` (and an analysis that would need traffic).
-fn skip_analysis() -> String {
+/// A canary block with `skipAnalysis: true` (and an analysis that would need traffic),
+/// then `more` (YAML lines, 6 spaces) in the analysis.
+fn skip_analysis(more: &str) -> String {
     format!(
         "    skipAnalysis: true\n{}",
-        analysis(&format!("      stepWeight: 20\n{METRICS}"))
+        analysis(&format!("      stepWeight: 20\n{METRICS}{more}"))
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_analysis_promotes_at_once_without_checks() {
     let (v1, v2) = (echo("v1").await, echo("v2").await);
-    let canary = skip_analysis();
+    let hooks = HookServer::spawn().await.expect("hooks");
+    let canary = skip_analysis(&format!(
+        "      webhooks:\n        - {{ name: gate, type: confirm-rollout, url: \"{}\" }}\n        - {{ name: post, type: post-rollout, url: \"{}\" }}\n",
+        hooks.url("/gate"),
+        hooks.url("/post")
+    ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
     // No traffic at all: with analysis this could never pass.
     start_run(&app).await;
@@ -537,6 +545,19 @@ async fn skip_analysis_promotes_at_once_without_checks() {
     assert!(done.last_checks.metrics.is_empty(), "no metric checked");
     assert_eq!(route(&app).primary, "app-green");
     assert!(all(&versions(app.proxy_addr(), 10, &[]).await, "v2"));
+    // Flagger calls post-rollout after a skipped analysis too (fluxcd/flagger#1195).
+    assert!(
+        eventually(WAIT, || async { !hooks.calls_to("/post").is_empty() }).await,
+        "post-rollout hook never called"
+    );
+    let post = &hooks.calls_to("/post")[0].payload;
+    assert_eq!(post["phase"], "Succeeded");
+    // confirm-rollout is asked before the run's status sync: with the checksum of the
+    // last applied revision (the baseline), not of v2.
+    let gate = &hooks.calls_to("/gate")[0].payload;
+    assert_eq!(gate["revision"], "v2");
+    assert!(gate["checksum"].as_str().is_some_and(|c| !c.is_empty()));
+    assert_ne!(gate["checksum"], post["checksum"], "{gate} {post}");
 }
 
 /// Every event the engine hands out (broadcast, SSE sink) is already in the canary's
@@ -549,7 +570,7 @@ async fn every_event_is_in_the_status_before_anyone_hears_of_it() {
     use weir::rollout::{EngineOptions, EventSink, LocalPlane, RolloutEvent};
 
     let (v1, v2) = (echo("v1").await, echo("v2").await);
-    let canary = skip_analysis();
+    let canary = skip_analysis("");
     let yaml = config(v1.addr, v2.addr, &canary, "");
     let cfg =
         weir::config::parse_yaml(&yaml, "test.yaml", std::path::Path::new(".")).expect("config");

@@ -122,17 +122,42 @@ pub fn parse_yaml_with_raw(
         }
     };
     let locations = Locations::index(src);
-    let validated = validate::validate(raw.clone(), base);
-    validated.map(|cfg| (raw, cfg)).map_err(|mut errors| {
-        for e in &mut errors {
+    let locate = |list: &mut Vec<ConfigError>| {
+        for e in list.iter_mut() {
             e.location = locations.find(&e.path);
         }
-        errors.sort_by_key(|e| e.location.unwrap_or((usize::MAX, 0)));
-        ConfigErrors {
-            file: label.to_string(),
-            errors,
+        list.sort_by_key(|e| e.location.unwrap_or((usize::MAX, 0)));
+    };
+    let validated = validate::validate(raw.clone(), base);
+    validated
+        .map(|mut cfg| {
+            locate(&mut cfg.warnings);
+            (raw, cfg)
+        })
+        .map_err(|mut errors| {
+            locate(&mut errors);
+            ConfigErrors {
+                file: label.to_string(),
+                errors,
+            }
+        })
+}
+
+/// The warnings of a loaded config, one per line, as errors are printed
+/// (`file:line:col: warning: path: reason`).
+pub fn format_warnings(file: &str, warnings: &[ConfigError]) -> String {
+    let mut out = String::new();
+    for w in warnings {
+        let at = match w.location {
+            Some((l, c)) => format!("{file}:{l}:{c}"),
+            None => file.to_string(),
+        };
+        if !out.is_empty() {
+            out.push('\n');
         }
-    })
+        out.push_str(&format!("{at}: warning: {}: {}", w.path, w.reason));
+    }
+    out
 }
 
 /// serde-saphyr prefixes messages with their own location and may render a

@@ -198,3 +198,63 @@ fn durations_outside_go_syntax_name_the_field_and_the_forms() {
     let c = parse_yaml(&canary("1m30s"), "t.yaml", Path::new(".")).unwrap();
     assert_eq!(c.canaries[0].interval, std::time::Duration::from_secs(90));
 }
+
+/// [`GOOD`] with a canary on route `app` and these `analysis` lines (6 spaces).
+fn with_canary(analysis: &str) -> String {
+    format!("{GOOD}canaries:\n  - name: c\n    route: app\n    analysis:\n{analysis}")
+}
+
+/// Flagger accepts step weights above 100 and caps the canary weight at 100: so does
+/// weir, with a warning naming each capped entry.
+#[test]
+fn step_weights_over_100_are_accepted_with_a_warning() {
+    let yaml = with_canary("      stepWeights: [1, 2, 10, 200]\n");
+    let c = parse_yaml(&yaml, "t.yaml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.canaries.len(), 1);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    let w = &c.warnings[0];
+    assert_eq!(w.path, "canaries[0].analysis.stepWeights[3]");
+    assert!(
+        w.reason.contains("200") && w.reason.contains("100"),
+        "{w:?}"
+    );
+    assert_eq!(w.location, Some((19, 31)), "{w:?}");
+    let ok = parse_yaml(
+        &with_canary("      stepWeights: [1, 2, 10, 80]\n"),
+        "t.yaml",
+        Path::new("."),
+    );
+    assert!(ok.unwrap().warnings.is_empty());
+}
+
+/// Flagger's CRD: `analysis` is oneOf {iterations}, {stepWeight}, {stepWeights}, so any
+/// two of them together are refused.
+#[test]
+fn step_fields_that_flaggers_crd_refuses_together_are_errors() {
+    let cases = [
+        (
+            "      stepWeight: 10\n      stepWeights: [10, 20]\n",
+            "stepWeights",
+            "stepWeight",
+        ),
+        (
+            "      iterations: 3\n      stepWeight: 10\n",
+            "iterations",
+            "stepWeight",
+        ),
+        (
+            "      iterations: 3\n      stepWeights: [10, 20]\n",
+            "iterations",
+            "stepWeights",
+        ),
+    ];
+    for (lines, field, other) in cases {
+        let e = errors(&with_canary(lines));
+        let path = format!("canaries[0].analysis.{field}");
+        let found = e.errors.iter().find(|x| x.path == path);
+        assert!(
+            found.is_some_and(|x| x.reason.contains(other) && x.location.is_some()),
+            "{lines}: expected an error at {path} naming {other}, got:\n{e}"
+        );
+    }
+}

@@ -230,13 +230,25 @@ pub struct Config {
     pub rollout: RolloutSettings,
     /// Fleet coordination through etcd; `None`: single-replica mode.
     pub cluster: Option<crate::cluster::ClusterSettings>,
+    /// Values accepted but changed or worth a second look, each with its field path
+    /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
+    pub warnings: Vec<ConfigError>,
 }
 
-struct Errors(Vec<ConfigError>);
+/// Errors (`.0`, any refuses the config) and warnings (`.1`, reported only).
+struct Errors(Vec<ConfigError>, Vec<ConfigError>);
 
 impl Errors {
+    fn new() -> Self {
+        Errors(Vec::new(), Vec::new())
+    }
+
     fn push(&mut self, path: impl Into<String>, reason: impl Into<String>) {
         self.0.push(ConfigError::new(path, reason));
+    }
+
+    fn warn(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.1.push(ConfigError::new(path, reason));
     }
 
     fn duration(&mut self, path: &str, v: &Option<String>, default: Duration) -> Duration {
@@ -270,7 +282,7 @@ impl Errors {
 
 /// Validates a whole file's worth of configuration.
 pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>> {
-    let mut errs = Errors(Vec::new());
+    let mut errs = Errors::new();
     let listeners = validate_listeners(&raw.listeners, base, &mut errs);
     let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
     let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
@@ -315,13 +327,14 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         proxy,
         rollout,
         cluster,
+        warnings: errs.1,
     })
 }
 
 /// Validates and compiles backends + routes (used by the loader and by every
 /// API write).
 pub fn compile_table(raw: &RawTable) -> Result<TableSpec, Vec<ConfigError>> {
-    let mut errs = Errors(Vec::new());
+    let mut errs = Errors::new();
     let t = compile_into(raw, &mut errs);
     match t {
         Some(t) if errs.0.is_empty() => Ok(t),
@@ -1061,7 +1074,7 @@ pub fn compile_matches_checked(
     path: &str,
     raw: &[RawMatch],
 ) -> Result<Vec<MatchRule>, Vec<ConfigError>> {
-    let mut errs = Errors(Vec::new());
+    let mut errs = Errors::new();
     let m = compile_matches(path, raw, &mut errs);
     if errs.0.is_empty() {
         Ok(m)
@@ -1378,18 +1391,43 @@ fn validate_canaries(
         errs.int_in(&format!("{ap}.mirrorWeight"), a.mirror_weight, 0, 100, 100);
         let mut last = 0;
         for (j, w) in a.step_weights.iter().enumerate() {
-            if !(1..=100).contains(w) {
+            if *w < 1 {
                 errs.push(
                     format!("{ap}.stepWeights[{j}]"),
-                    format!("must be between 1 and 100 (got {w})"),
+                    format!("must be at least 1 (got {w})"),
                 );
             } else if *w <= last {
                 errs.push(
                     format!("{ap}.stepWeights[{j}]"),
                     "step weights must increase",
                 );
+            } else if *w > 100 {
+                // Flagger accepts it and never routes more than 100 %; so does weir.
+                errs.warn(
+                    format!("{ap}.stepWeights[{j}]"),
+                    format!("{w} is above 100: capped at 100, as Flagger does"),
+                );
             }
             last = *w;
+        }
+        // Flagger's CRD: `analysis` is oneOf required [iterations], [stepWeight],
+        // [stepWeights]; any two of them together are refused there.
+        if a.step_weight.is_some() && !a.step_weights.is_empty() {
+            errs.push(
+                format!("{ap}.stepWeights"),
+                "cannot be combined with stepWeight (Flagger's Canary allows one of iterations, stepWeight, stepWeights)",
+            );
+        }
+        if a.iterations.is_some() && (a.step_weight.is_some() || !a.step_weights.is_empty()) {
+            let other = if a.step_weight.is_some() {
+                "stepWeight"
+            } else {
+                "stepWeights"
+            };
+            errs.push(
+                format!("{ap}.iterations"),
+                format!("cannot be combined with {other} (Flagger's Canary allows one of iterations, stepWeight, stepWeights)"),
+            );
         }
         if !a.matches.is_empty() && a.iterations.unwrap_or(0) == 0 {
             errs.push(

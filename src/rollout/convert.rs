@@ -207,7 +207,10 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
             .collect(),
         data_plane_token: cfg.data_plane_token.clone(),
         matches: a.matches.clone(),
-        session_affinity: a.session_affinity.clone(),
+        session_affinity: a.session_affinity.clone().map(|mut b| {
+            default_primary_max_age(&mut b, interval);
+            b
+        }),
         metrics: sources,
         hook_retries,
     }
@@ -279,10 +282,21 @@ fn set_mirror(route: &mut RawRoute, mirror_weight: Option<u8>) {
     };
 }
 
+/// The primary pin's value changes at every step, so its cookie lives one analysis
+/// interval (whole seconds, at least 1) unless the user chose a `primaryMaxAge`: a
+/// longer one would outlive the step's value, and the client would draw again mid-step.
+fn default_primary_max_age(block: &mut RawAffinity, interval: Duration) {
+    if block.primary_max_age.is_none() {
+        let secs = interval.as_millis().div_ceil(1000).clamp(1, 400 * 86_400);
+        block.primary_max_age = Some(i64::try_from(secs).unwrap_or(1));
+    }
+}
+
 /// The session-affinity fields: the analysis block while pinning, and after the run as
 /// long as the route has it, so that a client still presenting the run's canary cookie
 /// gets it deleted (`Max-Age=-1`) — with weight 0 the block pins nobody, it only
-/// expires. Without a block in the analysis the route's own affinity is left alone.
+/// expires. Without a block in the analysis the route's own affinity is left alone,
+/// but for a missing `primaryMaxAge`, which becomes the interval as above.
 fn set_affinity(
     route: &mut RawRoute,
     def: &CanaryDef,
@@ -290,6 +304,9 @@ fn set_affinity(
     state: &Option<RawAffinityState>,
 ) {
     let Some(block) = &def.session_affinity else {
+        if let Some(own) = route.session_affinity.as_mut() {
+            default_primary_max_age(own, Duration::from_millis(def.spec.analysis.interval_ms));
+        }
         return;
     };
     if active || route.session_affinity.is_some() {

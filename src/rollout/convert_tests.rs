@@ -416,3 +416,79 @@ fn endpoint_revisions_change_with_the_list_only() {
     assert_eq!(checksum("a", Some("v1")), checksum("a", Some("v1")));
     assert_ne!(checksum("a", Some("v1")), checksum("a", Some("v2")));
 }
+
+/// Flagger caps step weights at 100; the spec carries the capped list, which walks the
+/// same weights (the machine's table test `stepWeights 1,2,10,200` runs it).
+#[test]
+fn step_weights_over_100_are_capped_in_the_spec() {
+    let d = def("    analysis: { stepWeights: [1, 2, 10, 200] }\n");
+    assert_eq!(d.spec.analysis.step_weights, vec![1, 2, 10, 100]);
+    assert_eq!(d.spec.analysis.max_weight(), 100);
+}
+
+/// The primary pin lapses when the step changes, so its Max-Age is the analysis
+/// interval unless the user set one: with `interval: 90s` a 60 s cookie would let a
+/// primary-pinned client draw again in the middle of a step.
+#[test]
+fn the_primary_cookie_lives_for_one_analysis_interval() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    let mut primary_max_age = |analysis: &str, own_block: Option<&str>| {
+        let d = def(analysis);
+        let mut r0 = route();
+        if let Some(block) = own_block {
+            r0.session_affinity = Some(serde_json::from_str(block).expect("block"));
+        }
+        let st = next_affinity_state(&RawAffinityState::default(), 0, 20, &mut rng);
+        let mut run = applied(&r0, &traffic(20, false, None, true, Some(st.clone())), &d);
+        if own_block.is_some() {
+            // The table store fills in the values the engine does not write there.
+            run.affinity_state = Some(st);
+        }
+        let table = RawTable {
+            backends: config("    analysis: { stepWeight: 10 }\n")
+                .table
+                .raw
+                .backends,
+            routes: vec![run],
+        };
+        let compiled = compile_table(&table).expect("valid");
+        let route = &compiled.routing.routes[0];
+        let cfg = route.affinity.as_ref().expect("affinity on");
+        let method = http::Method::GET;
+        let headers = http::HeaderMap::new();
+        let view = crate::routing::RequestView::new(
+            "app",
+            "/",
+            None,
+            &method,
+            &headers,
+            std::net::IpAddr::from([127, 0, 0, 1]),
+        );
+        let draw = crate::routing::Draw {
+            weight: 99,
+            mirror: 99,
+        };
+        let d = crate::routing::decide(&view, route, draw);
+        assert!(d.cookies.set_primary);
+        let set = d.cookies.render(cfg, &route.pin_cookies);
+        let cookie = set[0].to_str().expect("ascii").to_string();
+        assert!(cookie.starts_with("weir-primary="), "{cookie}");
+        cookie
+            .rsplit_once("Max-Age=")
+            .map(|(_, v)| v.to_string())
+            .expect("Max-Age")
+    };
+    let block = "{ cookieName: weir-canary, primaryCookieName: weir-primary }";
+    let analysis = |interval: &str, block: &str| {
+        format!("    analysis:\n      interval: {interval}\n      stepWeight: 20\n      sessionAffinity: {block}\n")
+    };
+    assert_eq!(primary_max_age(&analysis("90s", block), None), "90");
+    assert_eq!(primary_max_age(&analysis("1500ms", block), None), "2");
+    let explicit =
+        "{ cookieName: weir-canary, primaryCookieName: weir-primary, primaryMaxAge: 30 }";
+    assert_eq!(primary_max_age(&analysis("90s", explicit), None), "30");
+    // The route's own block, when the analysis has none, is driven the same way.
+    let own = r#"{"cookieName": "weir-canary", "primaryCookieName": "weir-primary"}"#;
+    let plain = "    analysis:\n      interval: 2m\n      stepWeight: 20\n";
+    assert_eq!(primary_max_age(plain, Some(own)), "120");
+}

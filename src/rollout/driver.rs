@@ -159,7 +159,8 @@ pub struct RolloutEvent {
     pub primary_weight: u8,
     /// A/B or blue/green iterations of the run.
     pub iterations: u32,
-    /// Failed checks of the run.
+    /// Failed checks of the run; once the run has ended, the count it ended with (the
+    /// status is back to 0 after a rollback).
     pub failed_checks: u32,
     /// Revision of the run.
     pub revision: Option<String>,
@@ -943,7 +944,7 @@ impl Runner {
             name: self.def.spec.name.clone(),
             namespace: NAMESPACE.to_string(),
             phase,
-            checksum: checksum(&self.def.spec.name, revision.as_deref()),
+            checksum: checksum(&self.def.spec.name, applied_revision(st)),
             metadata: BTreeMap::new(),
             canary_weight: st.canary_weight,
             iteration: st.iterations,
@@ -1246,7 +1247,7 @@ impl Runner {
                 name: self.def.spec.name.clone(),
                 namespace: NAMESPACE.to_string(),
                 phase,
-                checksum: checksum(&self.def.spec.name, revision.as_deref()),
+                checksum: checksum(&self.def.spec.name, applied_revision(st)),
                 metadata: extra.clone(),
                 canary_weight: st.canary_weight,
                 iteration: st.iterations,
@@ -1281,7 +1282,11 @@ impl Runner {
             canary_weight: w,
             primary_weight: TOTAL_WEIGHT - w,
             iterations: st.iterations,
-            failed_checks: st.failed_checks,
+            failed_checks: if st.phase.is_idle() {
+                st.last_run_failed_checks
+            } else {
+                st.failed_checks
+            },
             revision: st.revision.clone(),
             checks: if st.last_checks.at_ms == now {
                 st.last_checks.metrics.clone()
@@ -1612,6 +1617,12 @@ impl Runner {
         }
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
+}
+
+/// The revision of Flagger's `lastAppliedSpec`, which the payloads' `checksum` is computed
+/// over; a state saved before weir tracked it falls back to the run's revision.
+fn applied_revision(st: &CanaryState) -> Option<&str> {
+    st.applied_revision.as_deref().or(st.revision.as_deref())
 }
 
 fn build_status(

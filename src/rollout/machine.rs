@@ -64,8 +64,15 @@
 //!   A failing `confirm-promotion` moves to (or holds in) WaitingPromotion, where the
 //!   analysis goes on and failed checks still count.
 //! - Finalising → Succeeded, then the `post-rollout` hooks.
-//! - Rollback: all traffic to the primary (match and mirror off), Failed, then the
-//!   `post-rollout` hooks.
+//! - Rollback: all traffic to the primary (match and mirror off), Failed with 0 failed
+//!   checks and 0 iterations (Flagger's `SyncStatus`; the rollback's event reports the
+//!   count through `last_run_failed_checks`), then the `post-rollout` hooks.
+//! - Iterations are 0 outside Progressing, Waiting, WaitingPromotion and Promoting
+//!   (Flagger's `setStatusPhase`), so a finished A/B or blue/green run reports none.
+//! - The payloads' `checksum` is computed over `applied_revision`, Flagger's
+//!   `lastAppliedSpec`: synced when a run starts, so `confirm-rollout` is asked with the
+//!   previous run's (or the baseline's) checksum — except after a Failed run, where
+//!   Flagger re-syncs it first and the new revision's is sent.
 //!
 //! Every phase change and every failed check emits an [`Command::Event`] carrying the
 //! weights, the check values and the reasons; the driver forwards events to the `event`
@@ -92,7 +99,8 @@
 //!   Progressing and WaitingPromotion): with a swap, the slot about to become the primary
 //!   would otherwise carry an unanalysed build.
 //! - **Repeated `confirm-promotion` failures** keep the iteration count (newer Flagger
-//!   resets it to N-1, which asks the hook only every other tick).
+//!   resets it to N-1 on entering WaitingPromotion, which asks the hook only every other
+//!   tick).
 //! - **Manual control:** Pause (Flagger's `suspend`: nothing happens, nothing is counted),
 //!   Resume, Abort (rollback), Promote (skip the remaining analysis and `confirm-promotion`:
 //!   the operator is the approval), Start (a new run, as if a new revision was detected).
@@ -100,9 +108,10 @@
 //!   progress deadline (it does not run while paused).
 //! - **skipAnalysis** follows Flagger: the run goes through the `confirm-rollout` tick, then
 //!   the next tick promotes (swap, or the `promote` hooks then all traffic to the
-//!   primary) and sets Succeeded without calling `post-rollout` (as Flagger's
-//!   `shouldSkipAnalysis`). It does not apply in Finalising, where the swap already
-//!   happened.
+//!   primary), sets Succeeded and calls the `post-rollout` hooks with phase Succeeded (as
+//!   Flagger's `shouldSkipAnalysis` since fluxcd/flagger#1195), whether the skip came
+//!   before the run or was switched on mid-run. It does not apply in Finalising, where
+//!   the swap already happened.
 
 use std::fmt;
 
@@ -184,13 +193,22 @@ pub struct CanaryState {
     pub mirror: bool,
     /// A/B and blue/green iterations done in this run.
     pub iterations: u32,
-    /// Failed checks in this run.
+    /// Failed checks in this run; back to 0 after a rollback, as Flagger's status (the
+    /// count that caused it is kept in `last_run_failed_checks`).
     pub failed_checks: u32,
+    /// Failed checks the last finished run ended with: what a rollback's event reports
+    /// once `failed_checks` is reset.
+    pub last_run_failed_checks: u32,
     /// Revision of the current (or last) run: what a webhook promotion waits for on the
     /// primary, and what events name.
     pub revision: Option<String>,
     /// Revision of the last successful promotion.
     pub promoted_revision: Option<String>,
+    /// Flagger's `lastAppliedSpec`: the revision the webhook payloads' `checksum` is
+    /// computed over. It becomes a run's revision when the run starts; while a new
+    /// revision waits for `confirm-rollout` it is still the previous one, except after a
+    /// Failed run, where Flagger re-syncs it to the canary's current revision at once.
+    pub applied_revision: Option<String>,
     /// A new revision to start once its `confirm-rollout` tick runs.
     pub pending_revision: Option<String>,
     /// Last canary revision reported by the driver: the baseline a change is detected
@@ -669,6 +687,29 @@ impl<'a> Tick<'a> {
             self.s.phase = phase;
             self.s.last_transition_ms = self.now;
         }
+        // Flagger's setStatusPhase zeroes the iterations outside the phases of a run
+        // (WaitingPromotion keeps them here: see the module docs).
+        if !matches!(
+            phase,
+            Phase::Progressing | Phase::Waiting | Phase::WaitingPromotion | Phase::Promoting
+        ) {
+            self.s.iterations = 0;
+        }
+    }
+
+    /// A run ended in Failed: Flagger's status goes back to 0 failed checks, the count
+    /// that caused it stays with the run's record for its events.
+    fn reset_failed_checks(&mut self) {
+        self.s.last_run_failed_checks = self.s.failed_checks;
+        self.s.failed_checks = 0;
+    }
+
+    /// After a Failed run Flagger re-syncs `lastAppliedSpec` to the canary as it is now,
+    /// so the `confirm-rollout` hooks of the next run get the new revision's checksum.
+    fn resync_after_failure(&mut self) {
+        if self.s.phase == Phase::Failed && self.s.pending_revision.is_some() {
+            self.s.applied_revision = self.s.pending_revision.clone();
+        }
     }
 
     fn event(&mut self, reason: EventReason, message: String) {
@@ -815,6 +856,9 @@ impl<'a> Tick<'a> {
         if self.s.rebaseline {
             self.s.rebaseline = false;
             self.s.observed_revision = Some(seen.clone());
+            if self.s.applied_revision.is_none() {
+                self.s.applied_revision = Some(seen.clone());
+            }
             return None;
         }
         if self.s.observed_revision.as_ref() == Some(seen) {
@@ -854,6 +898,7 @@ impl<'a> Tick<'a> {
             }
             None => self.s.rebaseline = true,
         }
+        self.s.applied_revision = self.s.observed_revision.clone();
         self.set_phase(Phase::Initialized);
         let baseline = self
             .s
@@ -877,6 +922,7 @@ impl<'a> Tick<'a> {
         if self.s.pending_revision.is_none() {
             if let Some(r) = detected {
                 self.s.pending_revision = Some(r.clone());
+                self.resync_after_failure();
                 self.due_now();
                 self.event(
                     EventReason::NewRevision,
@@ -891,6 +937,7 @@ impl<'a> Tick<'a> {
         if let Some(r) = detected {
             // The latest deployment wins over an older pending one.
             self.s.pending_revision = Some(r);
+            self.resync_after_failure();
         }
         let pending = self.s.pending_revision.clone();
         match self.gate(HookKind::ConfirmRollout) {
@@ -909,6 +956,7 @@ impl<'a> Tick<'a> {
     }
 
     fn start(&mut self, revision: Option<String>) {
+        self.s.applied_revision = revision.clone();
         self.begin_run(revision, Phase::Progressing);
         let msg = format!(
             "New revision {} detected! Starting canary analysis of {}",
@@ -933,6 +981,7 @@ impl<'a> Tick<'a> {
     }
 
     fn restart(&mut self, revision: String) {
+        self.s.applied_revision = Some(revision.clone());
         self.s.revision = Some(revision);
         self.reset_run();
         self.s.started_at_ms = Some(self.now);
@@ -952,6 +1001,7 @@ impl<'a> Tick<'a> {
         self.s.promote_hooks_done = false;
         self.s.promotion_wait_since_ms = None;
         self.set_phase(Phase::Failed);
+        self.reset_failed_checks();
         let msg = format!(
             "Canary failed! Rolling back {}: {why} (at {was}); all traffic routed to the primary",
             self.rev()
@@ -1188,8 +1238,10 @@ impl<'a> Tick<'a> {
         }
     }
 
-    /// skipAnalysis: promote at once (cancelling any analysis), Succeeded, no post-rollout.
+    /// skipAnalysis: promote at once (cancelling any analysis), Succeeded, then the
+    /// `post-rollout` hooks (Flagger's `shouldSkipAnalysis` since fluxcd/flagger#1195).
     fn skip_analysis(&mut self) {
+        self.s.last_run_failed_checks = self.s.failed_checks;
         match self.spec.promotion {
             Promotion::Swap => {
                 self.apply_swap();
@@ -1200,6 +1252,7 @@ impl<'a> Tick<'a> {
                     self.rev()
                 );
                 self.event(EventReason::Succeeded, msg);
+                self.post_rollout();
             }
             Promotion::Webhook => {
                 if !self.s.promote_hooks_done {
@@ -1221,6 +1274,7 @@ impl<'a> Tick<'a> {
                     self.spec.name
                 );
                 self.event(EventReason::Succeeded, msg);
+                self.post_rollout();
             }
         }
         self.end_promotion();
@@ -1257,6 +1311,7 @@ impl<'a> Tick<'a> {
     /// module docs for why).
     fn promotion_failed(&mut self, why: String) {
         self.set_phase(Phase::Failed);
+        self.reset_failed_checks();
         self.s.promote_hooks_done = false;
         self.s.promotion_wait_since_ms = None;
         let msg = format!(
@@ -1333,6 +1388,7 @@ impl<'a> Tick<'a> {
 
     fn finalising(&mut self) {
         self.s.promoted_revision = self.s.revision.clone();
+        self.s.last_run_failed_checks = self.s.failed_checks;
         self.set_phase(Phase::Succeeded);
         let msg = format!(
             "Promotion completed! {} of {} promoted",
@@ -1406,6 +1462,7 @@ impl<'a> Tick<'a> {
                     | Phase::Failed
                     | Phase::Finalising => {
                         self.s.pending_revision = Some(revision.clone());
+                        self.resync_after_failure();
                         self.due_now();
                         self.event(
                             EventReason::NewRevision,

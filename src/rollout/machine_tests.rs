@@ -964,11 +964,8 @@ fn skip_analysis_promotes_after_the_detection_tick() {
     assert!(r.plan.steps.is_empty());
     assert_eq!(r.phase(), Phase::Succeeded);
     assert!(r.swapped());
-    assert_eq!(
-        r.post_rollout(),
-        None,
-        "Flagger's skip does not call post-rollout"
-    );
+    // Flagger's shouldSkipAnalysis calls post-rollout with Succeeded (fluxcd/flagger#1195).
+    assert_eq!(r.post_rollout(), Some(Phase::Succeeded));
     assert_eq!(r.state.promoted_revision.as_deref(), Some("v2"));
 }
 
@@ -982,6 +979,7 @@ fn skip_analysis_mid_run_cancels_and_promotes() {
     let r = sim.tick();
     assert_eq!((r.phase(), r.weight()), (Phase::Succeeded, 0));
     assert!(r.swapped());
+    assert_eq!(r.post_rollout(), Some(Phase::Succeeded));
 }
 
 #[test]
@@ -997,10 +995,123 @@ fn skip_analysis_with_webhook_promotion_calls_the_promote_hooks() {
     assert_eq!(r.planned(), vec![HookKind::Promote]);
     assert_eq!(r.phase(), Phase::Progressing);
     assert!(r.has_event(EventReason::PromoteHookFailed));
+    assert_eq!(r.post_rollout(), None, "the run has not ended yet");
     sim.answer("redeploy", true);
     let r = sim.tick();
     assert_eq!(r.phase(), Phase::Succeeded);
     assert_eq!(r.traffic(), vec![traffic(0, false, None)]);
+    assert_eq!(r.post_rollout(), Some(Phase::Succeeded));
+}
+
+/// Flagger's `lastAppliedSpec` is synced when a run starts, so `confirm-rollout` is asked
+/// with the checksum of the previous revision; after a Failed run `shouldAdvance`
+/// re-syncs it first, so there the new revision's checksum is sent.
+#[test]
+fn confirm_rollout_is_asked_with_the_last_applied_revision() {
+    let spec = with_hooks(
+        base_spec(),
+        &[
+            ("gate", HookKind::ConfirmRollout),
+            ("rb", HookKind::Rollback),
+        ],
+    );
+    let mut sim = Sim::new(spec);
+    sim.init();
+    assert_eq!(sim.state.applied_revision.as_deref(), Some("v1"));
+    let r = sim.release("v2");
+    assert!(r.plans(HookKind::ConfirmRollout));
+    let asked_with = |sim: &Sim| sim.log[sim.log.len() - 2].state.applied_revision.clone();
+    assert_eq!(asked_with(&sim).as_deref(), Some("v1"), "the baseline's");
+    assert_eq!(
+        r.state.applied_revision.as_deref(),
+        Some("v2"),
+        "run started"
+    );
+    while sim.tick().phase() != Phase::Succeeded {}
+    assert_eq!(sim.state.applied_revision.as_deref(), Some("v2"));
+
+    // Succeeded → a held v3: every confirm-rollout tick is asked with v2's checksum.
+    sim.answer("gate", false);
+    let r = sim.release("v3");
+    assert_eq!(r.phase(), Phase::Waiting);
+    assert_eq!(asked_with(&sim).as_deref(), Some("v2"));
+    let r = sim.tick();
+    assert!(r.plans(HookKind::ConfirmRollout));
+    assert_eq!(asked_with(&sim).as_deref(), Some("v2"));
+    sim.answer("gate", true);
+    let r = sim.tick();
+    assert_eq!(r.phase(), Phase::Progressing);
+    assert_eq!(r.state.applied_revision.as_deref(), Some("v3"));
+    sim.tick();
+    sim.answer("rb", true);
+    assert_eq!(sim.tick().phase(), Phase::Failed);
+    sim.answer("rb", false);
+    assert_eq!(sim.state.applied_revision.as_deref(), Some("v3"));
+
+    // Failed → v4: re-synced before its confirm-rollout tick.
+    sim.answer("gate", false);
+    let r = sim.release("v4");
+    assert_eq!(r.phase(), Phase::Waiting);
+    assert_eq!(asked_with(&sim).as_deref(), Some("v4"));
+    let r = sim.tick();
+    assert!(r.plans(HookKind::ConfirmRollout));
+    assert_eq!(asked_with(&sim).as_deref(), Some("v4"));
+}
+
+/// Flagger's rollback syncs the status to {Failed, weight 0, iterations 0, failedChecks
+/// 0}; the rollback event keeps the count that caused it.
+#[test]
+fn a_rollback_resets_the_status_and_keeps_the_count_for_its_event() {
+    for iterations in [0, 3] {
+        let mut spec = base_spec();
+        spec.analysis.threshold = 2;
+        spec.analysis.iterations = iterations;
+        spec.analysis.has_match = iterations > 0;
+        let mut sim = Sim::new(spec);
+        sim.init();
+        sim.release("v2");
+        sim.ticks(2);
+        sim.fail_metric("request-success-rate", true);
+        sim.ticks(2);
+        assert_eq!(sim.state.failed_checks, 2);
+        let r = sim.tick_now();
+        assert_eq!(r.phase(), Phase::Failed);
+        assert!(r.message().contains("failed checks threshold reached 2/2"));
+        assert_eq!(
+            (r.weight(), r.state.iterations, r.state.failed_checks),
+            (0, 0, 0),
+            "iterations {iterations}"
+        );
+        assert_eq!(r.state.last_run_failed_checks, 2);
+    }
+}
+
+/// Flagger's `setStatusPhase` zeroes the iterations outside Progressing, Waiting and
+/// Promoting: a finished A/B or blue/green run reports 0, not N or N+1.
+#[test]
+fn a_finished_iteration_run_reports_no_iterations() {
+    for (has_match, mirror) in [(true, false), (false, false), (false, true)] {
+        let mut spec = base_spec();
+        spec.analysis.iterations = 2;
+        spec.analysis.has_match = has_match;
+        spec.analysis.mirror = mirror;
+        let mut sim = Sim::new(spec);
+        sim.init();
+        sim.release("v2");
+        let mut phases = Vec::new();
+        loop {
+            let r = sim.tick();
+            phases.push((r.phase(), r.state.iterations));
+            if r.phase() == Phase::Succeeded {
+                break;
+            }
+        }
+        let case = format!("match {has_match} mirror {mirror}: {phases:?}");
+        let n = if has_match { 2 } else { 3 };
+        assert!(phases.contains(&(Phase::Promoting, n)), "{case}");
+        assert!(phases.contains(&(Phase::Finalising, 0)), "{case}");
+        assert_eq!(phases.last(), Some(&(Phase::Succeeded, 0)), "{case}");
+    }
 }
 
 #[test]

@@ -64,11 +64,27 @@ pub struct Decision {
 /// cookies, then the weighted draw; mirroring for what goes to the primary.
 pub fn decide(req: &RequestView<'_>, route: &Route, draw: Draw) -> Decision {
     if route.canary.is_none() {
+        // A removed canary slot ends the run like weight 0 does: a canary cookie
+        // still presented is deleted.
+        let expire_canary = match &route.affinity {
+            Some(cfg)
+                if !(route.cookie_probe.binds_affinity() && route.cookie_probe.quiet(req)) =>
+            {
+                match affinity::pin(cfg, &route.affinity_state, req, false) {
+                    Pin::Unpinned { stale } => stale,
+                    Pin::Canary | Pin::Primary => None,
+                }
+            }
+            _ => None,
+        };
         return Decision {
             side: Side::Primary,
             reason: Reason::NoCanary,
             mirror: false,
-            cookies: CookieActions::default(),
+            cookies: CookieActions {
+                expire_canary,
+                ..CookieActions::default()
+            },
         };
     }
     let running = route.canary_weight > 0;

@@ -697,3 +697,48 @@ fn normalize_host_lowercases_exactly_when_a_capital_is_present() {
         }
     }
 }
+
+/// A route whose canary slot was removed (`canary: null`) has ended its run like any
+/// other: a client still presenting the canary cookie gets it deleted, and nothing else
+/// is set.
+#[test]
+fn a_route_without_canary_still_deletes_the_old_canary_cookie() {
+    let t = table("  - name: app\n    primary: blue\n    sessionAffinity: { cookieName: weir-canary, primaryCookieName: weir-primary, domain: example.com, path: / }\n    affinityState: { previousCanaryValue: OldRunValue123 }\n");
+    let route = &t.routing.routes[0];
+    for draw in [0, 99] {
+        let draw = Draw {
+            weight: draw,
+            mirror: draw,
+        };
+        let stale = Req::new("/").header("cookie", "a=1; weir-canary=OldRunValue123");
+        let d = decide(&stale.view(), route, draw);
+        assert_eq!((d.side, d.reason), (Side::Primary, Reason::NoCanary));
+        assert_eq!(
+            d.cookies,
+            crate::affinity::CookieActions {
+                expire_canary: Some("OldRunValue123".to_string()),
+                ..Default::default()
+            }
+        );
+        let set: Vec<String> = d
+            .cookies
+            .render(
+                route.affinity.as_ref().expect("affinity"),
+                &route.pin_cookies,
+            )
+            .iter()
+            .map(|v| v.to_str().expect("ascii").to_string())
+            .collect();
+        assert_eq!(set.len(), 1, "{set:?}");
+        for part in [
+            "weir-canary=OldRunValue123",
+            "Max-Age=-1",
+            "Domain=example.com",
+            "Path=/",
+        ] {
+            assert!(set[0].split("; ").any(|p| p == part), "{part} in {set:?}");
+        }
+        let clean = Req::new("/").header("cookie", "a=1");
+        assert!(decide(&clean.view(), route, draw).cookies.is_empty());
+    }
+}
