@@ -218,6 +218,10 @@ pub async fn handle(
         ))),
         None => up_body,
     };
+    // An idempotent request without a body may meet a pooled connection the
+    // backend has just closed; it then goes once more on a new connection
+    // (as the fast path and nginx do), so it needs a copy of its head.
+    let again = (upload.is_none() && method.is_idempotent()).then(|| copy_head(&up));
     let up = up.map(|()| up_body);
     let guard = InFlight::start(endpoint.clone());
     let mut abandoned = Abandoned {
@@ -235,7 +239,20 @@ pub async fn handle(
         body_total: shared.settings.request_body_timeout,
         body_idle: shared.settings.body_idle_timeout,
     };
-    let result = match upload::wait_response(client.request(up), upload.as_deref(), limits).await {
+    let exchange = async {
+        let first = client.request(up).await;
+        match (first, again) {
+            (Err(e), Some(req)) if super::client::stale_connection(&e) => {
+                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "pooled connection closed before an answer; sending again on a new one");
+                match shared.client.fresh_for(protocol, upstream_tls) {
+                    Ok(fresh) => fresh.request(req.map(|()| ProxyBody::empty())).await,
+                    Err(_) => Err(e),
+                }
+            }
+            (r, _) => r,
+        }
+    };
+    let result = match upload::wait_response(exchange, upload.as_deref(), limits).await {
         Waited::Done(r) => Ok(r),
         Waited::TimedOut => Err(None),
         Waited::Client(fault) => Err(Some(fault)),
@@ -561,6 +578,17 @@ fn upstream_request(
     *req.version_mut() = Version::HTTP_11;
     *req.headers_mut() = headers;
     req
+}
+
+/// A copy of a bodiless upstream request (extensions are not copied: the
+/// upstream request carries none).
+fn copy_head(req: &Request<()>) -> Request<()> {
+    let mut r = Request::new(());
+    *r.method_mut() = req.method().clone();
+    *r.uri_mut() = req.uri().clone();
+    *r.version_mut() = req.version();
+    *r.headers_mut() = req.headers().clone();
+    r
 }
 
 /// Appends the peer to X-Forwarded-For (comma-joined, as nginx's
