@@ -10,7 +10,9 @@
 //! first time a code is seen.
 //!
 //! Series (all documented in `docs/api.md`):
-//! - `weir_requests_total{route,role,code}`: requests finished, by status.
+//! - `weir_requests_total{route,role,code}`: requests finished, by status;
+//!   requests the client broke are here too, under 400, 408 or 499 (and in
+//!   no other series).
 //! - `weir_request_duration_seconds{route,role}`: histogram of the time to
 //!   the response head (same measure as the stats window).
 //! - `weir_upstream_errors_total{route,role,kind}`: proxy-made failures,
@@ -381,6 +383,13 @@ impl RouteMetrics {
         }
     }
 
+    /// Counts a request the client broke (400 malformed body, 408 stalled
+    /// upload, 499 client gone) under its status code only: no latency
+    /// sample, so a client cannot move the duration histogram.
+    pub fn record_client_error(&self, role: Role, status: u16) {
+        self.count_code(role, status);
+    }
+
     /// Counts an upstream connect failure (also counted as kind `upstream`).
     pub fn record_connect_error(&self, role: Role) {
         self.roles[role_index(role)].connect_errors.increment(1);
@@ -405,6 +414,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(r#"weir_requests_total{route="app",role="canary",code="504"} 1"#));
+        r.record_client_error(Role::Canary, 499);
+        let text = m.handle.render();
+        assert!(text.contains(r#"weir_requests_total{route="app",role="canary",code="499"} 1"#));
+        assert!(
+            text.contains(r#"weir_request_duration_seconds_count{route="app",role="canary"} 2"#),
+            "no latency sample for a client error: {text}"
+        );
         assert!(text
             .contains(r#"weir_upstream_errors_total{route="app",role="canary",kind="timeout"} 1"#));
         assert!(text.contains(

@@ -205,6 +205,10 @@ pub struct RawProxy {
     /// (default 60s, nginx's client_body_timeout / proxy_read_timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_idle_timeout: Option<String>,
+    /// Longest time to receive a whole request body, from the request head
+    /// on (default: off; Envoy's request_timeout) → 408.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_body_timeout: Option<String>,
     /// Longest silence in both directions of an upgraded connection (WebSocket)
     /// before the tunnel is closed (default 5m, Envoy's stream idle timeout).
     #[serde(default, skip_serializing_if = "Option::is_none")]

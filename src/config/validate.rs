@@ -184,6 +184,9 @@ pub struct ProxySettings {
     pub max_uri_bytes: usize,
     /// Longest silence inside a request or response body.
     pub body_idle_timeout: Duration,
+    /// Longest time to receive a whole request body (`None`: no limit; the
+    /// body idle timeout still applies).
+    pub request_body_timeout: Option<Duration>,
     /// Longest silence, both ways, of an upgraded connection (WebSocket).
     pub tunnel_idle_timeout: Duration,
     /// Open connections per listener; more wait in the backlog.
@@ -210,6 +213,7 @@ impl Default for ProxySettings {
             max_headers: 100,
             max_uri_bytes: 8192,
             body_idle_timeout: Duration::from_secs(60),
+            request_body_timeout: None,
             tunnel_idle_timeout: Duration::from_secs(300),
             max_connections: 10_000,
             http2_max_concurrent_streams: 128,
@@ -593,6 +597,17 @@ fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {
             &p.body_idle_timeout,
             d.body_idle_timeout,
         ),
+        request_body_timeout: p
+            .request_body_timeout
+            .is_some()
+            .then(|| {
+                errs.duration(
+                    "proxy.requestBodyTimeout",
+                    &p.request_body_timeout,
+                    Duration::ZERO,
+                )
+            })
+            .filter(|d| !d.is_zero()),
         tunnel_idle_timeout: errs.duration(
             "proxy.tunnelIdleTimeout",
             &p.tunnel_idle_timeout,

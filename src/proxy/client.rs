@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -40,6 +41,10 @@ pub struct UpstreamClients {
     plain_http2: HttpClient,
     /// TLS clients by setting and protocol, built on first use.
     tls: RwLock<HashMap<(UpstreamTls, UpstreamProtocol), HttpClient>>,
+    /// Clients without a pool, for sending a request again on a new
+    /// connection after a stale pooled one ([`stale_connection`]); by
+    /// setting and protocol (`None`: clear text), built on first use.
+    fresh: RwLock<HashMap<(Option<UpstreamTls>, UpstreamProtocol), HttpClient>>,
 }
 
 impl std::fmt::Debug for UpstreamClients {
@@ -64,7 +69,37 @@ impl UpstreamClients {
                 UpstreamProtocol::Http2,
             ),
             tls: RwLock::new(HashMap::new()),
+            fresh: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// A client that opens a new connection for every request, with the
+    /// same protocol and TLS setting as [`UpstreamClients::client_for`].
+    pub fn fresh_for(
+        &self,
+        protocol: UpstreamProtocol,
+        tls: Option<&UpstreamTls>,
+    ) -> Result<HttpClient, String> {
+        let key = (tls.cloned(), protocol);
+        if let Some(c) = self
+            .fresh
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(c.clone());
+        }
+        let connector = match tls {
+            Some(t) => Connector::tls(&self.settings, t, protocol)?,
+            None => Connector::plain(&self.settings),
+        };
+        let unpooled = ProxySettings {
+            upstream_max_idle_per_host: 0,
+            ..self.settings.clone()
+        };
+        let client = build(&unpooled, connector, protocol);
+        let mut map = self.fresh.write().unwrap_or_else(|p| p.into_inner());
+        Ok(map.entry(key).or_insert(client).clone())
     }
 
     /// Sends over the clear-text HTTP/1.1 pool (the mirror uses it).
@@ -198,35 +233,110 @@ impl Service<http::Uri> for Connector {
             };
             let tcp = http.call(dst).await?.into_inner();
             let (Some(tls), Some(name)) = (tls, name) else {
-                return Ok(TokioIo::new(UpstreamStream::Plain(tcp)));
+                return Ok(TokioIo::new(UpstreamStream::new(Io::Plain(tcp))));
             };
             let stream = tokio::time::timeout(tls.timeout, tls.connector.connect(name, tcp))
                 .await
                 .map_err(|_| "TLS handshake with the upstream timed out")??;
-            Ok(TokioIo::new(UpstreamStream::Tls(Box::new(stream))))
+            Ok(TokioIo::new(UpstreamStream::new(Io::Tls(Box::new(stream)))))
         })
     }
 }
 
-/// A connection to an endpoint, clear or TLS.
-pub enum UpstreamStream {
+/// A connection to an endpoint, clear or TLS, with what has crossed it.
+pub struct UpstreamStream {
+    io: Io,
+    /// Shared with the client's errors (through [`Connected::extra`]).
+    track: Arc<ConnUse>,
+}
+
+enum Io {
     /// Clear text.
     Plain(TcpStream),
     /// TLS (boxed: the session state is large).
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
+impl UpstreamStream {
+    fn new(io: Io) -> Self {
+        UpstreamStream {
+            io,
+            track: Arc::default(),
+        }
+    }
+}
+
+/// Bytes read on one HTTP/1 upstream connection, before and since the
+/// request being written now: enough to tell a pooled connection that the
+/// backend closed before answering from a backend that failed a request.
+/// Costs two relaxed atomic operations per read and per write.
+#[derive(Debug, Default)]
+struct ConnUse {
+    /// Bytes read so far.
+    read: AtomicU64,
+    /// `read` when the request now on the connection began to be written.
+    read_before_request: AtomicU64,
+    /// A request is being written (no response byte read since).
+    writing: AtomicBool,
+}
+
+impl ConnUse {
+    fn on_read(&self, n: usize) {
+        if n > 0 {
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+            self.writing.store(false, Ordering::Relaxed);
+        }
+    }
+
+    fn on_write(&self) {
+        if !self.writing.swap(true, Ordering::Relaxed) {
+            self.read_before_request
+                .store(self.read.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The handle on a connection's [`ConnUse`] that its errors carry.
+#[derive(Clone)]
+struct ConnUseHandle(Arc<ConnUse>);
+
+/// Whether `err` is a pooled HTTP/1 connection that failed before any byte
+/// of the answer: it had served a request before (the backend read and
+/// answered on it) and nothing came back for this one. Such a connection was
+/// closed by the backend while it sat idle, or just as the request went out
+/// (a keep-alive race no client can avoid); the request never reached a
+/// handler, so an idempotent one may go again. hyper-util retries only the
+/// requests it had not started writing (`retry_canceled_requests`), which
+/// misses the race where the close arrives after the write.
+pub fn stale_connection(err: &hyper_util::client::legacy::Error) -> bool {
+    if err.is_connect() {
+        return false;
+    }
+    let Some(info) = err.connect_info() else {
+        return false;
+    };
+    let mut ext = http::Extensions::new();
+    info.get_extras(&mut ext);
+    let Some(ConnUseHandle(track)) = ext.get::<ConnUseHandle>() else {
+        return false;
+    };
+    let before = track.read_before_request.load(Ordering::Relaxed);
+    before > 0 && track.read.load(Ordering::Relaxed) == before
+}
+
 impl Connection for UpstreamStream {
     fn connected(&self) -> Connected {
-        match self {
-            UpstreamStream::Plain(s) => s.connected(),
-            UpstreamStream::Tls(s) => {
+        let tracked = |c: Connected| c.extra(ConnUseHandle(self.track.clone()));
+        match &self.io {
+            Io::Plain(s) => tracked(s.connected()),
+            Io::Tls(s) => {
                 let (tcp, session) = s.get_ref();
                 let c = tcp.connected();
                 if session.alpn_protocol() == Some(b"h2") {
+                    // HTTP/2 reports refused streams itself (GOAWAY).
                     c.negotiated_h2()
                 } else {
-                    c
+                    tracked(c)
                 }
             }
         }
@@ -239,10 +349,16 @@ impl AsyncRead for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let Poll::Ready(Ok(())) = polled {
+            this.track.on_read(buf.filled().len() - before);
         }
+        polled
     }
 }
 
@@ -252,9 +368,11 @@ impl AsyncWrite for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        let this = self.get_mut();
+        this.track.on_write();
+        match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -263,30 +381,32 @@ impl AsyncWrite for UpstreamStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        let this = self.get_mut();
+        this.track.on_write();
+        match &mut this.io {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamStream::Plain(s) => s.is_write_vectored(),
-            UpstreamStream::Tls(s) => s.is_write_vectored(),
+        match &self.io {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match &mut self.get_mut().io {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Errors the proxy answers itself. The source of an error decides its
-//! status: the client (400/404/431), the upstream (502/504), or no capacity
+//! status: the client (400/404/408/431/499), the upstream (502/504), or no capacity
 //! (503). Bodies are short plain text; `x-weir-error` names the cause for
 //! scripts and logs.
 
@@ -26,8 +26,12 @@ pub enum ProxyError {
     /// More header fields than `proxy.maxHeaders` (431; HTTP/1 heads over
     /// the limits are answered by hyper itself).
     HeadersTooLarge,
-    /// The client stopped sending its request body for `proxy.bodyIdleTimeout` (408).
+    /// The client stopped sending its request body for `proxy.bodyIdleTimeout`,
+    /// or did not finish it within `proxy.requestBodyTimeout` (408).
     RequestTimeout,
+    /// The client went away before the response (499, nginx's code; only
+    /// logs and metrics see it).
+    ClientClosed,
 }
 
 impl ProxyError {
@@ -43,6 +47,10 @@ impl ProxyError {
             ProxyError::UriTooLong => StatusCode::URI_TOO_LONG,
             ProxyError::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            // 499 is in range, so this never falls back.
+            ProxyError::ClientClosed => {
+                StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
+            }
         }
     }
 
@@ -58,6 +66,7 @@ impl ProxyError {
             ProxyError::UriTooLong => "uri-too-long",
             ProxyError::HeadersTooLarge => "request-headers-too-large",
             ProxyError::RequestTimeout => "request-timeout",
+            ProxyError::ClientClosed => "client-closed",
         }
     }
 

@@ -60,6 +60,7 @@ pub mod service;
 pub mod smuggle;
 pub mod tls;
 pub mod upgrade;
+pub mod upload;
 pub mod upstream;
 
 use http::header::{HeaderMap, HeaderName, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};

@@ -4,6 +4,7 @@
 use super::body::ProxyBody;
 use super::errors::ProxyError;
 use super::smuggle::ConnGuard;
+use super::upload::{self, ClientFault, Limits, Upload, Waited, Watched};
 use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
 use super::{strip_hop_by_hop, strip_weir_headers};
@@ -214,40 +215,78 @@ pub async fn handle(
     } else {
         ProxyBody::streamed(body)
     };
-    let up = up.map(|()| idle_limited(up_body, shared.settings.body_idle_timeout));
+    let up_body = idle_limited(up_body, shared.settings.body_idle_timeout);
+    // A request with a body: its end starts the route timeout and its
+    // faults are the client's. One shared state per such request.
+    let upload = (!up_body.is_end_stream()).then(|| Arc::new(Upload::default()));
+    let up_body = match &upload {
+        Some(u) => ProxyBody::boxed(http_body_util::BodyExt::boxed(Watched::new(
+            up_body,
+            u.clone(),
+        ))),
+        None => up_body,
+    };
+    // An idempotent request without a body may meet a pooled connection the
+    // backend has just closed; it then goes once more on a new connection
+    // (as the fast path and nginx do), so it needs a copy of its head.
+    let again = (upload.is_none() && method.is_idempotent()).then(|| copy_head(&up));
+    let up = up.map(|()| up_body);
     let guard = InFlight::start(endpoint.clone());
-    let result = tokio::time::timeout(route.timeout, client.request(up)).await;
-    // The client stopped sending its body: its fault, not the backend's.
-    let client_stalled = matches!(&result, Ok(Err(e)) if limits::is_idle_timeout(e));
+    let mut abandoned = Abandoned {
+        shared: &shared,
+        rt,
+        role,
+        peer: conn.peer,
+        route: &route.name,
+        log: log_path.map(|p| (method.clone(), host_owned, p)),
+        start,
+        armed: true,
+    };
+    let limits = Limits {
+        route: route.timeout,
+        body_total: shared.settings.request_body_timeout,
+        body_idle: shared.settings.body_idle_timeout,
+    };
+    let exchange = async {
+        let first = client.request(up).await;
+        match (first, again) {
+            (Err(e), Some(req)) if super::client::stale_connection(&e) => {
+                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "pooled connection closed before an answer; sending again on a new one");
+                match shared.client.fresh_for(protocol, upstream_tls) {
+                    Ok(fresh) => fresh.request(req.map(|()| ProxyBody::empty())).await,
+                    Err(_) => Err(e),
+                }
+            }
+            (r, _) => r,
+        }
+    };
+    let result = match upload::wait_response(exchange, upload.as_deref(), limits).await {
+        Waited::Done(r) => Ok(r),
+        Waited::TimedOut => Err(None),
+        Waited::Client(fault) => Err(Some(fault)),
+    };
     // A 101 the client did not ask for cannot be forwarded: an HTTP/1 client
     // would take the connection as switched, and HTTP/2 has no 101 at all
     // (RFC 9113 §8.6). It is the upstream breaking the exchange.
     let unsolicited_switch = client_upgrade.is_none()
         && matches!(&result, Ok(Ok(r)) if r.status() == StatusCode::SWITCHING_PROTOCOLS);
-    // Passive outlier detection: a 5xx, a connect error, a broken exchange or a timeout.
-    let failed =
-        unsolicited_switch || !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
-    if !client_stalled {
+    // Passive outlier detection: a 5xx, a connect error, a broken exchange
+    // or a timeout; never what the client broke.
+    if !matches!(result, Err(Some(_))) {
+        let failed =
+            unsolicited_switch || !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
         backend.observe(&endpoint, failed);
     }
 
     // Phase: response.
     let resp = match result {
-        Err(_) => {
+        Err(Some(fault)) => client_fault(&shared, rt, role, fault),
+        Err(None) => {
             let msg = format!(
                 "no response from {} within {:?}",
                 endpoint.address, route.timeout
             );
             finish_error(&shared, rt, role, ProxyError::Timeout, &msg, start)
-        }
-        Ok(Err(_)) if client_stalled => {
-            let mut r = ProxyError::RequestTimeout.response(&format!(
-                "no request body data for {:?}",
-                shared.settings.body_idle_timeout
-            ));
-            r.headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-            r
         }
         Ok(Ok(_)) if unsolicited_switch => {
             tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
@@ -337,19 +376,104 @@ pub async fn handle(
             Response::from_parts(rp, body)
         }
     };
-    if let Some(p) = log_path {
+    abandoned.armed = false;
+    if let Some((method, host, path)) = abandoned.log.take() {
         log_access(
             &shared,
             conn.peer,
             &method,
-            &host_owned,
-            &p,
+            &host,
+            &path,
             Some(&route.name),
             resp.status().as_u16(),
             start,
         );
     }
     Ok(resp)
+}
+
+/// Counts and logs a request whose client went away while it was waiting
+/// for the upstream (hyper drops the request's future, e.g. on an HTTP/2
+/// stream reset): 499, the client's doing, not the backend's.
+struct Abandoned<'a> {
+    shared: &'a ProxyShared,
+    rt: &'a RouteRuntime,
+    role: Role,
+    peer: SocketAddr,
+    route: &'a str,
+    /// Method, host and path for the access log (when it is on).
+    log: Option<(Method, String, String)>,
+    start: Instant,
+    /// Cleared once the request has its answer.
+    armed: bool,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let status = ProxyError::ClientClosed.status().as_u16();
+        record_client_error(self.shared, self.rt, self.role, status);
+        if let Some((method, host, path)) = &self.log {
+            log_access(
+                self.shared,
+                self.peer,
+                method,
+                host,
+                path,
+                Some(self.route),
+                status,
+                self.start,
+            );
+        }
+    }
+}
+
+/// The answer to a request whose body the client broke: counted as a
+/// client error of the side (not in its success rate), connection closed
+/// (the rest of the body, if any, cannot be framed or is not coming).
+fn client_fault(
+    shared: &ProxyShared,
+    rt: &RouteRuntime,
+    role: Role,
+    fault: ClientFault,
+) -> Response<ProxyBody> {
+    let s = &shared.settings;
+    let (err, detail) = match fault {
+        ClientFault::Malformed => (
+            ProxyError::BadRequest,
+            "the request body is malformed".to_string(),
+        ),
+        ClientFault::Gone => (
+            ProxyError::ClientClosed,
+            "the client went away during its request body".to_string(),
+        ),
+        ClientFault::Stalled => (
+            ProxyError::RequestTimeout,
+            format!("no request body data for {:?}", s.body_idle_timeout),
+        ),
+        ClientFault::TooSlow => (
+            ProxyError::RequestTimeout,
+            format!(
+                "request body not complete within {:?}",
+                s.request_body_timeout.unwrap_or_default()
+            ),
+        ),
+    };
+    record_client_error(shared, rt, role, err.status().as_u16());
+    let mut r = err.response(&detail);
+    r.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// Counts a request the client broke: stats window (apart from the success
+/// rate) and `weir_requests_total` under its status.
+fn record_client_error(shared: &ProxyShared, rt: &RouteRuntime, role: Role, status: u16) {
+    rt.stats
+        .record_client_error(role, shared.now_sec(Instant::now()));
+    rt.metrics.record_client_error(role, status);
 }
 
 /// Refuses what must not be forwarded: a request smuggling attempt (400,
@@ -484,6 +608,17 @@ fn upstream_request(
     *req.version_mut() = Version::HTTP_11;
     *req.headers_mut() = headers;
     req
+}
+
+/// A copy of a bodiless upstream request (extensions are not copied: the
+/// upstream request carries none).
+fn copy_head(req: &Request<()>) -> Request<()> {
+    let mut r = Request::new(());
+    *r.method_mut() = req.method().clone();
+    *r.uri_mut() = req.uri().clone();
+    *r.version_mut() = req.version();
+    *r.headers_mut() = req.headers().clone();
+    r
 }
 
 /// Appends the peer to X-Forwarded-For (comma-joined, as nginx's

@@ -452,6 +452,7 @@ fn no_requests_means_no_rate_and_no_percentiles() {
         Summary {
             requests: 0,
             failures: 0,
+            client_errors: 0,
             rps: 0.0,
             success_rate: None,
             p50_ms: None,
@@ -466,6 +467,7 @@ fn inconsistent_snapshots_from_the_wire_do_not_panic() {
     let snapshot = WindowSnapshot {
         requests: 5,
         failures: 9,
+        client_errors: 0,
         window_secs: 0,
         histogram: Histogram::new(),
     };
@@ -683,6 +685,7 @@ fn summary_json_uses_the_contract_field_names() {
     assert_eq!(
         keys,
         [
+            "clientErrors",
             "failures",
             "p50Ms",
             "p90Ms",
@@ -710,4 +713,38 @@ fn roles_have_stable_lowercase_names() {
     assert_eq!(Role::Canary.as_str(), "canary");
     assert_eq!(Role::Mirror.as_str(), "mirror");
     assert!(serde_json::from_str::<Role>("\"Primary\"").is_err());
+}
+
+// ---------------------------------------------------------- client errors
+
+#[test]
+fn client_errors_are_counted_apart_from_the_success_rate() {
+    let stats = RouteStats::new(60);
+    stats.record(Role::Canary, 100, false, 1_000);
+    stats.record(Role::Canary, 100, true, 1_000);
+    for _ in 0..5 {
+        stats.record_client_error(Role::Canary, 100);
+    }
+    stats.record_client_error(Role::Primary, 101);
+    let w = stats.snapshot(Role::Canary, 101, 60);
+    assert_eq!((w.requests, w.failures, w.client_errors), (2, 1, 5));
+    let s = w.summary();
+    assert_eq!(s.success_rate, Some(50.0), "not in the denominator");
+    assert_eq!(s.client_errors, 5);
+    assert_eq!(
+        w.histogram.total(),
+        2,
+        "no latency sample for a client error"
+    );
+    assert_eq!(stats.snapshot(Role::Primary, 101, 60).client_errors, 1);
+    // Summed over a fleet, and gone once the window has passed.
+    let mut fleet = w.clone();
+    fleet.merge(&w);
+    assert_eq!(fleet.client_errors, 10);
+    assert_eq!(stats.snapshot(Role::Canary, 200, 60).client_errors, 0);
+    // A snapshot from a replica that does not count them yet still parses.
+    let old: WindowSnapshot =
+        serde_json::from_str(r#"{"requests":1,"failures":0,"windowSecs":60,"histogram":[]}"#)
+            .unwrap();
+    assert_eq!(old.client_errors, 0);
 }

@@ -72,6 +72,9 @@ struct SlotHead {
     epoch: AtomicU64,
     /// Requests of that second the caller called failures.
     failures: AtomicU64,
+    /// Requests of that second that failed by the client's doing (not in
+    /// the request count nor the histogram).
+    client_errors: AtomicU64,
 }
 
 /// One role's ring of per-second slots.
@@ -92,6 +95,7 @@ impl Ring {
                 .map(|_| SlotHead {
                     epoch: AtomicU64::new(0),
                     failures: AtomicU64::new(0),
+                    client_errors: AtomicU64::new(0),
                 })
                 .collect(),
             counts: zeroed_counters(slots * BUCKETS),
@@ -163,6 +167,7 @@ impl Ring {
         // reader that sees any zeroed counter then sees the epoch changed.
         fence(Ordering::Release);
         head.failures.store(0, Ordering::Relaxed);
+        head.client_errors.store(0, Ordering::Relaxed);
         for counter in self.counters(slot) {
             counter.store(0, Ordering::Relaxed);
         }
@@ -184,6 +189,7 @@ impl Ring {
             return;
         }
         let failures = head.failures.load(Ordering::Relaxed);
+        let client_errors = head.client_errors.load(Ordering::Relaxed);
         for (dst, counter) in scratch.iter_mut().zip(self.counters(slot)) {
             *dst = counter.load(Ordering::Relaxed);
         }
@@ -201,6 +207,7 @@ impl Ring {
         }
         into.requests = into.requests.saturating_add(requests);
         into.failures = into.failures.saturating_add(failures);
+        into.client_errors = into.client_errors.saturating_add(client_errors);
     }
 }
 
@@ -287,6 +294,24 @@ impl RouteStats {
         ring.prepare(next, now_sec + 1);
     }
 
+    /// Counts one request of `role` in second `now_sec` that failed by the
+    /// client's doing (a malformed or abandoned body, a stalled upload).
+    /// It is kept out of the request count, the failures and the latency
+    /// histogram, so a client cannot move a side's success rate or P99.
+    pub fn record_client_error(&self, role: Role, now_sec: u64) {
+        if now_sec > LAST_RECORDABLE_SEC {
+            return;
+        }
+        let ring = &self.rings[role.index()];
+        let slot = ring.slot_of(now_sec);
+        if !ring.enter(slot, now_sec) {
+            return;
+        }
+        if let Some(head) = ring.heads.get(slot) {
+            head.client_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The sum of `role`'s seconds in `(now_sec - window_secs, now_sec]`, i.e.
     /// the last `window_secs` seconds including the current, partial one.
     ///
@@ -332,11 +357,20 @@ pub struct WindowSnapshot {
     pub requests: u64,
     /// Of those, the ones the recorder called failures.
     pub failures: u64,
+    /// Requests that failed by the client's doing, not part of `requests`
+    /// (absent from replicas that do not count them, and left out when 0,
+    /// so the wire form of a window without any is unchanged).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub client_errors: u64,
     /// Length of the window actually covered, in seconds (after clamping to
     /// the ring's capacity); the divisor of the request rate.
     pub window_secs: u64,
     /// Latencies of the window's requests, for percentiles.
     pub histogram: Histogram,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl WindowSnapshot {
@@ -357,6 +391,7 @@ impl WindowSnapshot {
     pub fn merge(&mut self, other: &WindowSnapshot) {
         self.requests = self.requests.saturating_add(other.requests);
         self.failures = self.failures.saturating_add(other.failures);
+        self.client_errors = self.client_errors.saturating_add(other.client_errors);
         self.window_secs = self.window_secs.max(other.window_secs);
         self.histogram.merge(&other.histogram);
     }
@@ -379,6 +414,7 @@ impl WindowSnapshot {
         Summary {
             requests: self.requests,
             failures: self.failures,
+            client_errors: self.client_errors,
             rps,
             success_rate,
             p50_ms: percentile_ms(0.50),
@@ -391,7 +427,7 @@ impl WindowSnapshot {
 /// What `GET /api/v1/stats` shows per role and what the rollout engine checks
 /// (`request-success-rate` against `successRate`, `request-duration` against
 /// `p99Ms`). JSON field names are a contract: `requests`, `failures`, `rps`,
-/// `successRate`, `p50Ms`, `p90Ms`, `p99Ms`.
+/// `successRate`, `p50Ms`, `p90Ms`, `p99Ms`; and `clientErrors`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
@@ -400,6 +436,10 @@ pub struct Summary {
     pub requests: u64,
     /// Failed requests in the window.
     pub failures: u64,
+    /// Requests the client broke (malformed or abandoned body, stalled
+    /// upload), outside `requests` and the success rate.
+    #[serde(default)]
+    pub client_errors: u64,
     /// Requests per second over the window.
     pub rps: f64,
     /// Percent (0..=100) of requests that did not fail; `None` without
