@@ -41,12 +41,12 @@ use serde::Serialize;
 use tokio::sync::{broadcast, watch, Notify, OwnedRwLockReadGuard, RwLock};
 use tokio::task::JoinHandle;
 
-use super::config::{ClusterSettings, Replicas};
 use super::etcd::{CmpOp, Compare, EtcdClient, EtcdError, Op, Target};
 use super::view::{
     assignment, desired, plan_shards, Keys, MemberRecord, OwnerRecord, ShardAction, ShardRecord,
     View,
 };
+use crate::config::cluster::{ClusterSettings, Replicas};
 
 /// Events kept in memory for the API.
 pub const EVENT_LOG: usize = 1000;

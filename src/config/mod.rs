@@ -7,9 +7,12 @@
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
 
+pub mod affinity;
+pub mod cluster;
 mod duration;
 mod locate;
 pub mod raw;
+pub mod tls;
 mod validate;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};

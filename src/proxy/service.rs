@@ -9,7 +9,7 @@ use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
 use super::{strip_hop_by_hop, strip_weir_headers};
 use crate::config::{ProxySettings, UpstreamProtocol};
-use crate::control::store::{RouteRuntime, Snapshot, TableStore};
+use crate::dataplane::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route, Side};
 use crate::stats::Role;
 use http::header::{HeaderValue, CONNECTION, HOST, SET_COOKIE, TE, UPGRADE};
@@ -211,7 +211,7 @@ pub async fn handle(
     };
     let mut up = upstream_request(parts, &target, &conn, x_forwarded_host, route);
     let up_body = if decision.mirror {
-        crate::mirror::dispatch(&shared, &snap, idx, &mut up, body)
+        super::mirror::dispatch(&shared, &snap, idx, &mut up, body)
     } else {
         ProxyBody::streamed(body)
     };

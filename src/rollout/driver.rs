@@ -81,7 +81,7 @@ use super::webhooks::{self, HookPayload, Notification, Notifier};
 use crate::cluster::{DriveGuard, Ownership, SaveError};
 use crate::config::raw::RawAffinityState;
 use crate::config::CanaryConfig;
-use crate::control::store::TableStore;
+use crate::dataplane::store::TableStore;
 
 /// Events kept per canary for `GET /api/v1/canaries/{name}`.
 pub const EVENT_RING: usize = 100;
