@@ -22,7 +22,7 @@ use weir::app::RunningApp;
 
 // The fixtures shared with the data-plane tests.
 #[path = "../support/mod.rs"]
-mod support;
+pub mod support;
 #[allow(unused_imports)] // not every test binary polls
 pub use support::eventually;
 

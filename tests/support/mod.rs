@@ -10,7 +10,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use weir::app::RunningApp;
 use weir::echo::{EchoHandle, EchoOptions};
 
@@ -161,4 +165,220 @@ pub fn two_slot_config(blue: SocketAddr, green: SocketAddr, route_extra: &str) -
     format!(
         "backends:\n  app-blue:\n    endpoints: [\"{blue}\"]\n  app-green:\n    endpoints: [\"{green}\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n{route_extra}"
     )
+}
+
+// Scripted raw backends and a raw client, for tests that must see every
+// byte both ways.
+
+/// What the scripted backend does with one request.
+pub enum Reply {
+    /// Writes these pieces (20 ms apart), then closes if asked.
+    Send(Vec<Vec<u8>>, bool),
+    /// Closes the connection without answering.
+    Hangup,
+}
+
+/// A backend answering by script: `(request number on this connection,
+/// head)` → reply. Counts connections and keeps every head it saw.
+pub struct Scripted {
+    pub addr: std::net::SocketAddr,
+    pub conns: Arc<AtomicUsize>,
+    pub closed_by_peer: Arc<AtomicUsize>,
+    pub heads: Arc<Mutex<Vec<String>>>,
+}
+
+pub async fn scripted<F>(script: F) -> Scripted
+where
+    F: Fn(usize, &str) -> Reply + Send + Sync + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let closed_by_peer = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let script = Arc::new(script);
+    let (c, cl, h) = (conns.clone(), closed_by_peer.clone(), heads.clone());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            let (script, h, cl) = (script.clone(), h.clone(), cl.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for n in 0.. {
+                    let Some(head) = read_head(&mut s, &mut buf).await else {
+                        cl.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    };
+                    // Skip a Content-Length body.
+                    let len = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+                    while buf.len() < len {
+                        let mut chunk = [0u8; 4096];
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    }
+                    buf.drain(..len);
+                    h.lock().unwrap().push(head.clone());
+                    match script(n, &head) {
+                        Reply::Hangup => return,
+                        Reply::Send(pieces, close) => {
+                            for (i, p) in pieces.iter().enumerate() {
+                                if i > 0 {
+                                    tokio::time::sleep(Duration::from_millis(20)).await;
+                                }
+                                if s.write_all(p).await.is_err() {
+                                    return;
+                                }
+                            }
+                            if close {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Scripted {
+        addr,
+        conns,
+        closed_by_peer,
+        heads,
+    }
+}
+
+/// Reads one head (through its empty line) off `buf` + `s`.
+pub async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i + 4]).into_owned();
+            buf.drain(..i + 4);
+            return Some(head);
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return None,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The first value of `name` in a head (names compared case-insensitively).
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+pub fn ok(body: &str) -> Reply {
+    Reply::Send(
+        vec![format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()],
+        false,
+    )
+}
+
+/// One response read by the raw client: status, head, decoded body.
+pub struct Got {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+pub async fn more(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; 8192];
+    match tokio::time::timeout(Duration::from_secs(10), s.read(&mut chunk)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => false,
+        Ok(Ok(n)) => {
+            buf.extend_from_slice(&chunk[..n]);
+            true
+        }
+        Err(_) => panic!("no response bytes within 10 s"),
+    }
+}
+
+/// Reads one response; `head_request` for an answer to HEAD.
+pub async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Got {
+    let head = read_head(s, buf).await.expect("a response head");
+    let status: u16 = head[9..12].parse().unwrap();
+    let mut body = Vec::new();
+    if head_request || status == 204 || status == 304 {
+    } else if header(&head, "transfer-encoding").is_some() {
+        loop {
+            while !buf.windows(2).any(|w| w == b"\r\n") {
+                assert!(more(s, buf).await, "eof in a chunk size");
+            }
+            let i = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+            let line = std::str::from_utf8(&buf[..i]).unwrap();
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).unwrap();
+            if size == 0 {
+                // Trailer lines, then the empty line.
+                buf.drain(..i + 2);
+                loop {
+                    while !buf.windows(2).any(|w| w == b"\r\n") {
+                        assert!(more(s, buf).await, "eof in the trailers");
+                    }
+                    let j = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+                    buf.drain(..j + 2);
+                    if j == 0 {
+                        break;
+                    }
+                }
+                break;
+            }
+            while buf.len() < i + 2 + size + 2 {
+                assert!(more(s, buf).await, "eof in a chunk");
+            }
+            body.extend_from_slice(&buf[i + 2..i + 2 + size]);
+            buf.drain(..i + 2 + size + 2);
+        }
+    } else if let Some(n) = header(&head, "content-length") {
+        let n: usize = n.parse().unwrap();
+        while buf.len() < n {
+            assert!(more(s, buf).await, "eof in the body");
+        }
+        body = buf.drain(..n).collect();
+    } else {
+        while more(s, buf).await {}
+        body = std::mem::take(buf);
+    }
+    Got { status, head, body }
+}
+
+/// A client connection that sends raw requests.
+pub struct Raw {
+    pub s: TcpStream,
+    pub buf: Vec<u8>,
+}
+
+impl Raw {
+    pub async fn to(addr: std::net::SocketAddr) -> Raw {
+        Raw {
+            s: TcpStream::connect(addr).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    pub async fn get(&mut self, path: &str, extra: &str) -> Got {
+        self.send(
+            &format!("GET {path} HTTP/1.1\r\nHost: shop.test\r\n{extra}\r\n"),
+            false,
+        )
+        .await
+    }
+
+    pub async fn send(&mut self, raw: &str, head_request: bool) -> Got {
+        self.s.write_all(raw.as_bytes()).await.unwrap();
+        read_response(&mut self.s, &mut self.buf, head_request).await
+    }
+
+    /// The server closed the connection (nothing more to read).
+    pub async fn closed(&mut self) -> bool {
+        !more(&mut self.s, &mut self.buf).await
+    }
 }
