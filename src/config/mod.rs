@@ -6,6 +6,10 @@
 //! The control API reuses the same validation for every write, so a table
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
+//!
+//! Layering: `config` imports only the pure modules (`routing`, `affinity`,
+//! `headers`); what it validates for the layers above lives here too
+//! ([`cluster`] settings, [`tls`] file loading, the raw [`affinity`] rule).
 
 pub mod affinity;
 pub mod cluster;

@@ -106,8 +106,9 @@ pub struct ApiState {
     pub ready: Arc<AtomicBool>,
     /// Turns true on shutdown; ends SSE streams so the drain can finish.
     pub shutdown: watch::Receiver<bool>,
-    /// State of handlers added by other modules (the rollout engine puts its
-    /// handle here), looked up by type.
+    /// State of the features' handlers, looked up by type and filled by
+    /// `app`: the rollout engine, the cluster and its [`ReadinessCheck`],
+    /// the proxy's shared state (the stats clock of `/api/v1/stats`).
     pub ext: http::Extensions,
 }
 
