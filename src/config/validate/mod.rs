@@ -14,8 +14,12 @@ mod routes;
 mod types;
 
 use backends::*;
-pub use canary::CanaryConfig;
+pub use canary::defaults as canary_defaults;
 use canary::*;
+pub use canary::{
+    CanaryAnalysis, CanaryConfig, CanaryMatches, CanaryMetric, CanaryWebhook, HookKind, MetricKind,
+    Promotion,
+};
 use listeners::*;
 use routes::*;
 pub use types::*;
@@ -31,6 +35,7 @@ use crate::routing::{
 };
 use cookie::SameSite;
 use http::{HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
