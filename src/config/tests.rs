@@ -332,5 +332,8 @@ fn a_validated_canary_is_typed() {
     assert_eq!(a.metrics[1].interval, std::time::Duration::from_secs(30));
     let w = &a.webhooks[0];
     assert_eq!(w.kind, HookKind::ConfirmPromotion);
-    assert_eq!((w.timeout, w.retries), (std::time::Duration::from_secs(2), 3));
+    assert_eq!(
+        (w.timeout, w.retries),
+        (std::time::Duration::from_secs(2), 3)
+    );
 }
