@@ -10,6 +10,7 @@
 //! - [`proxy`]: the data plane: listeners, request path, upstream client, errors.
 //! - [`mirror`]: bounded shadow traffic to the canary.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
+//! - [`wire`]: the admin API's JSON documents as types (Serialize + Deserialize), shared by the server and its clients.
 //! - [`metrics`]: the per-app Prometheus registry (`/metrics`), handles pre-registered per route.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the table store (one `ArcSwap`), the admin API, auth and the event bus.
@@ -39,3 +40,4 @@ pub mod reload;
 pub mod rollout;
 pub mod routing;
 pub mod stats;
+pub mod wire;

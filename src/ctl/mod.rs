@@ -172,7 +172,10 @@ pub async fn run(
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                     .unwrap_or(0);
-                write!(out, "{}", crate::cluster::api::render(&v, now))?;
+                let doc = serde_json::from_value(v).map_err(|e| {
+                    CtlError::Transport(format!("unexpected cluster document: {e}"))
+                })?;
+                write!(out, "{}", crate::cluster::api::render_doc(&doc, now))?;
             }
             Ok(())
         }
