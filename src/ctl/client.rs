@@ -126,18 +126,12 @@ impl ApiClient {
 }
 
 pub(super) fn api_error(r: &Reply) -> CtlError {
-    let parsed: Option<Value> = serde_json::from_slice(&r.body).ok();
-    let reason = parsed
-        .as_ref()
-        .and_then(|v| v.get("reason"))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| String::from_utf8_lossy(&r.body).trim().to_string());
-    let field = parsed
-        .as_ref()
-        .and_then(|v| v.get("field"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
+    // Not an API error body (a proxy in between, another program on the port):
+    // its text is the reason.
+    let (reason, field) = match serde_json::from_slice::<crate::wire::error::ErrorBody>(&r.body) {
+        Ok(b) => (b.reason, b.field),
+        Err(_) => (String::from_utf8_lossy(&r.body).trim().to_string(), None),
+    };
     CtlError::Api {
         status: r.status.as_u16(),
         reason,

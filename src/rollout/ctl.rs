@@ -104,18 +104,17 @@ async fn call(
         )
         .await
         .map_err(|e| CtlError::Transport(format!("cannot reach the weir API at {base}: {e}")))?;
-    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     if (200..300).contains(&r.status) {
-        return Ok(v);
+        return Ok(serde_json::from_slice(&r.body).unwrap_or(Value::Null));
     }
+    let (reason, field) = match serde_json::from_slice::<crate::wire::error::ErrorBody>(&r.body) {
+        Ok(b) => (b.reason, b.field),
+        Err(_) => (r.snippet(300), None),
+    };
     Err(CtlError::Api {
         status: r.status,
-        reason: v
-            .get("reason")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| r.snippet(300)),
-        field: v.get("field").and_then(Value::as_str).map(str::to_string),
+        reason,
+        field,
     })
 }
 

@@ -10,6 +10,7 @@
 //! This module sits at the bottom of the layering: it depends on serde and std only.
 
 pub mod cluster;
+pub mod error;
 
 #[cfg(test)]
 mod tests;

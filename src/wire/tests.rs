@@ -127,3 +127,45 @@ fn the_servers_cluster_status_parses_into_the_wire_type() {
     assert_eq!(serde_json::to_value(&doc).unwrap(), served);
     round_trip(&doc);
 }
+
+#[test]
+fn the_documented_error_body_parses_and_round_trips() {
+    use super::error::*;
+    let doc = r#"{"error": "invalid", "field": "canaryWeight", "reason": "must be between 0 and 100 (got 101)",
+ "errors": [{"field": "canaryWeight", "reason": "must be between 0 and 100 (got 101)"}]}"#;
+    let b: ErrorBody = serde_json::from_str(doc).unwrap();
+    assert_eq!(b.field.as_deref(), Some("canaryWeight"));
+    assert_eq!(b.errors.as_ref().map(Vec::len), Some(1));
+    let back: ErrorBody = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+    assert_eq!(back, b);
+    let plain = ErrorBody {
+        error: "not-found".into(),
+        field: None,
+        reason: "no route \"x\"".into(),
+        errors: None,
+    };
+    let v = serde_json::to_value(&plain).unwrap();
+    assert_eq!(
+        v,
+        json!({"error": "not-found", "field": null, "reason": "no route \"x\""})
+    );
+    assert_eq!(serde_json::from_value::<ErrorBody>(v).unwrap(), plain);
+    assert!(serde_json::from_value::<ErrorBody>(json!({"reason": "x"})).is_err());
+}
+
+/// What the server's error type writes today parses as the wire body.
+#[tokio::test]
+async fn the_servers_error_answer_parses_into_the_wire_type() {
+    use crate::config::ConfigError;
+    use crate::control::api::ApiError;
+    use http_body_util::BodyExt;
+    let errors = vec![ConfigError::new(
+        "canaryWeight",
+        "must be between 0 and 100",
+    )];
+    let resp = ApiError::invalid(&errors, str::to_string).into_response();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let b: super::error::ErrorBody = serde_json::from_slice(&body).unwrap();
+    assert_eq!(b.field.as_deref(), Some("canaryWeight"));
+    assert_eq!(b.reason, "must be between 0 and 100");
+}
