@@ -9,6 +9,7 @@
 
 mod backends;
 mod canary;
+mod canary_types;
 mod listeners;
 mod routes;
 mod types;
