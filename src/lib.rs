@@ -14,6 +14,7 @@
 //!   per-route handles, backends and endpoints, mirror counters, the Prometheus registry.
 //! - [`proxy`]: the data plane: listeners, request path, upstream client, errors, mirroring.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
+//! - [`wire`]: the admin API's JSON documents as types (Serialize + Deserialize), shared by the server and its clients.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
 //!   OpenAPI), its core routes and the event bus.
@@ -58,3 +59,4 @@ pub mod rollout;
 pub mod routing;
 pub mod stats;
 pub mod table_api;
+pub mod wire;
