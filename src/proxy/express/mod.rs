@@ -28,14 +28,16 @@ pub mod rewind;
 mod tests;
 
 use super::errors::ProxyError;
-use super::server::{run, Conn};
-use super::service::{
-    access_log_on, log_access, random_u64, record_answer, record_error, ProxyShared,
+use super::phases::{
+    self, choose_side, feed_outlier, find_route, pick_endpoint, random_u64, record_answer,
+    AccessLine, Refusal, UpstreamFailure,
 };
+use super::server::{run, Conn};
+use super::service::ProxyShared;
 use super::smuggle::{Sniffed, Tracker};
 use super::upstream::{Endpoint, InFlight};
-use crate::config::{ProxySettings, UpstreamProtocol};
-use crate::routing::{decide, normalize_host, Draw, RequestView, Side};
+use crate::config::ProxySettings;
+use crate::routing::{decide, normalize_host, Draw, RequestView};
 use crate::stats::Role;
 use chunked::{ChunkedScanner, Scan};
 use head::Framing;
@@ -224,18 +226,17 @@ struct Forward {
     head_request: bool,
     idempotent: bool,
     close: bool,
-    log: Option<(http::Method, String, String)>,
+    log: Option<AccessLine>,
 }
 
 /// An answer weir makes itself instead of forwarding.
 struct Answer {
-    err: ProxyError,
-    detail: String,
+    refusal: Refusal,
     /// The route and side it counts against (none for 404).
     counted: Option<(usize, Role)>,
     /// The client asked to close after this exchange.
     close: bool,
-    log: Option<(http::Method, String, String)>,
+    log: Option<AccessLine>,
 }
 
 /// Parses and decides one request head (no IO).
@@ -256,8 +257,10 @@ fn prepare(
     // empty line. hyper would close after its 431, so this closes too.
     if head.len() > shared.settings.max_header_bytes {
         return Prepared::Answer(Answer {
-            err: ProxyError::HeadersTooLarge,
-            detail: super::limits::head_too_large(shared.settings.max_header_bytes),
+            refusal: Refusal {
+                err: ProxyError::HeadersTooLarge,
+                detail: super::limits::head_too_large(shared.settings.max_header_bytes).into(),
+            },
             counted: None,
             close: true,
             log: None,
@@ -273,23 +276,21 @@ fn prepare(
         return Prepared::Handoff;
     };
     let host = normalize_host(fast.host);
-    let log = access_log_on(shared)
-        .then(|| (fast.method.clone(), host.to_string(), fast.path.to_string()));
-    let Some(idx) = snap.spec.routing.find(&host, fast.path) else {
-        return Prepared::Answer(Answer {
-            err: ProxyError::NoRoute,
-            detail: "no route for this host and path".into(),
-            counted: None,
-            close: fast.close,
-            log,
-        });
+    let log = AccessLine::new(shared, &fast.method, &host, fast.path);
+    let idx = match find_route(snap, &host, fast.path) {
+        Ok(idx) => idx,
+        Err(refusal) => {
+            return Prepared::Answer(Answer {
+                refusal,
+                counted: None,
+                close: fast.close,
+                log,
+            })
+        }
     };
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
-    if route.mirror.is_some()
-        || !route.request_headers.is_empty()
-        || !route.response_headers.is_empty()
-    {
+    if phases::needs_general_path(route) {
         return Prepared::Handoff;
     }
     let r = random_u64();
@@ -304,29 +305,23 @@ fn prepare(
         );
         decide(&view, route, Draw::from_u64(r))
     };
-    if decision.mirror {
+    if phases::decision_needs_general_path(&decision) {
         return Prepared::Handoff;
     }
-    let (backend, role) = match (decision.side, &rt.canary) {
-        (Side::Canary, Some(c)) => (c, Role::Canary),
-        _ => (&rt.primary, Role::Primary),
-    };
-    let plain_http1 = snap
-        .spec
-        .backends
-        .get(&backend.name)
-        .is_none_or(|b| b.tls.is_none() && b.protocol != UpstreamProtocol::Http2);
-    if !plain_http1 {
+    let (backend, role) = choose_side(decision.side, rt);
+    if phases::backend_needs_general_path(snap.spec.backends.get(&backend.name)) {
         return Prepared::Handoff;
     }
-    let Some(endpoint) = backend.pick(r.rotate_left(17)) else {
-        return Prepared::Answer(Answer {
-            err: ProxyError::NoEndpoint,
-            detail: format!("backend {} has no ready endpoint", backend.name),
-            counted: Some((idx, role)),
-            close: fast.close,
-            log,
-        });
+    let endpoint = match pick_endpoint(backend, r) {
+        Ok(ep) => ep,
+        Err(refusal) => {
+            return Prepared::Answer(Answer {
+                refusal,
+                counted: Some((idx, role)),
+                close: fast.close,
+                log,
+            })
+        }
     };
     let mut upstream_head = Vec::with_capacity(head.len() + 128);
     head::write_upstream_head(&mut upstream_head, &fast, req.headers, cx.peer_ip);
@@ -387,34 +382,22 @@ async fn serve_one(
     };
     let exchanged = match exchanged {
         Ok(Ok(x)) => Ok(x),
-        Err(_) => Err((
-            ProxyError::Timeout,
-            format!(
-                "no response from {} within {:?}",
-                f.endpoint.address, route.timeout
-            ),
-        )),
+        Err(_) => Err(UpstreamFailure::Timeout(route.timeout)),
         Ok(Err(UpErr::Connect(e))) => {
             tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, error = %e, "connect failed");
-            rt.metrics.record_connect_error(f.role);
-            Err((
-                ProxyError::Upstream,
-                format!("cannot connect to {}", f.endpoint.address),
-            ))
+            Err(UpstreamFailure::Connect)
         }
         Ok(Err(UpErr::Broken(why))) => {
             tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, why, "upstream exchange failed");
-            Err((
-                ProxyError::Upstream,
-                format!("{} broke the exchange", f.endpoint.address),
-            ))
+            Err(UpstreamFailure::Broken)
         }
     };
     let (mut upstream, end) = match exchanged {
         Ok(x) => x,
-        Err((err, detail)) => {
-            f.backend.observe(&f.endpoint, true);
-            return answer(client, cx, &snap, f.failed(err, detail), start).await;
+        Err(failure) => {
+            feed_outlier(&f.backend, &f.endpoint, None);
+            let refusal = failure.refusal(rt, f.role, &f.backend, &f.endpoint);
+            return answer(client, cx, &snap, f.failed(refusal), start).await;
         }
     };
 
@@ -445,24 +428,16 @@ async fn serve_one(
             }
             Err(why) => {
                 tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, why, "unusable response");
-                f.backend.observe(&f.endpoint, true);
-                let detail = format!("{} broke the exchange", f.endpoint.address);
-                return answer(
-                    client,
-                    cx,
-                    &snap,
-                    f.failed(ProxyError::Upstream, detail),
-                    start,
-                )
-                .await;
+                feed_outlier(&f.backend, &f.endpoint, None);
+                let refusal = UpstreamFailure::Broken.refusal(rt, f.role, &f.backend, &f.endpoint);
+                return answer(client, cx, &snap, f.failed(refusal), start).await;
             }
         }
     };
-    let failed = plan.status >= 500;
-    f.backend.observe(&f.endpoint, failed);
-    record_answer(shared, rt, f.role, plan.status, failed, start);
-    if let Some((m, h, p)) = &f.log {
-        log_access(shared, peer, m, h, p, Some(&route.name), plan.status, start);
+    feed_outlier(&f.backend, &f.endpoint, Some(plan.status));
+    record_answer(shared, rt, f.role, plan.status, plan.status >= 500, start);
+    if let Some(l) = &f.log {
+        l.log(shared, peer, Some(&route.name), plan.status, start);
     }
 
     match forward_body(
@@ -500,10 +475,9 @@ async fn serve_one(
 
 impl Forward {
     /// The answer when the upstream gave none that can be forwarded.
-    fn failed(&mut self, err: ProxyError, detail: String) -> Answer {
+    fn failed(&mut self, refusal: Refusal) -> Answer {
         Answer {
-            err,
-            detail,
+            refusal,
             counted: Some((self.route, self.role)),
             close: self.close,
             log: self.log.take(),
@@ -519,20 +493,27 @@ async fn answer(
     a: Answer,
     start: Instant,
 ) -> Next {
-    if let Some((idx, role)) = a.counted {
-        record_error(cx.shared, &snap.routes[idx], role, a.err, start);
-    }
+    // Counted and logged before it is sent, as on the hyper path.
+    phases::account_refusal(
+        cx.shared,
+        cx.peer,
+        a.counted.map(|(i, role)| (&snap.routes[i], role)),
+        a.counted
+            .map(|(i, _)| snap.spec.routing.routes[i].name.as_str()),
+        &a.refusal,
+        a.log.as_ref(),
+        start,
+    );
     let close = a.close || *cx.shutdown.borrow();
     let mut out = Vec::with_capacity(256);
-    head::write_error(&mut out, a.err, &a.detail, close, &http_date());
+    head::write_error(
+        &mut out,
+        a.refusal.err,
+        &a.refusal.detail,
+        close,
+        &http_date(),
+    );
     let sent = client.write_all(&out).await;
-    if let Some((m, h, p)) = &a.log {
-        let route = a
-            .counted
-            .map(|(i, _)| snap.spec.routing.routes[i].name.as_str());
-        let status = a.err.status().as_u16();
-        log_access(cx.shared, cx.peer, m, h, p, route, status, start);
-    }
     if close || sent.is_err() {
         Next::Close
     } else {
