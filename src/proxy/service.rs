@@ -17,7 +17,9 @@ use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::control::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route};
 use crate::stats::Role;
-use http::header::{HeaderValue, CONNECTION, HOST, SET_COOKIE, TE, UPGRADE};
+use http::header::{
+    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
+};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -279,6 +281,11 @@ pub async fn handle(
                 _ => None,
             };
             let switched_to = rp.headers.get(UPGRADE).cloned();
+            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3): with
+            // both, hyper would frame the decoded body by the wrong length.
+            if rp.headers.contains_key(TRANSFER_ENCODING) {
+                rp.headers.remove(CONTENT_LENGTH);
+            }
             strip_hop_by_hop(&mut rp.headers);
             if let (Some(_), Some(v)) = (&tunnel, switched_to) {
                 upgrade::restore(&mut rp.headers, v);
