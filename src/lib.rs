@@ -7,7 +7,7 @@
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths.
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
 //! - [`affinity`]: PURE sticky canary/primary cookies.
-//! - [`proxy`]: the data plane: listeners, request path, upstream client, errors.
+//! - [`proxy`]: the data plane: listeners, the request core (`proxy::phases`) and its two transports: the HTTP/1 fast path (`proxy::express`, clear-text HTTP/1.1 as bytes), which hands a connection it does not serve to the hyper path (`proxy::service`, also HTTP/2 and TLS) through `proxy::server`; upstream clients, errors.
 //! - [`mirror`]: bounded shadow traffic to the canary.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
 //! - [`metrics`]: the per-app Prometheus registry (`/metrics`), handles pre-registered per route.

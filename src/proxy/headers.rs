@@ -52,10 +52,7 @@ pub fn is_protected(name: &str) -> bool {
     match n.len() {
         4 => eq("host"),
         14 => eq("content-length"),
-        15 => eq("x-forwarded-for"),
-        16 => eq("x-forwarded-host"),
-        17 => eq("x-forwarded-proto"),
-        _ => false,
+        _ => is_forwarded_header(name),
     }
 }
 

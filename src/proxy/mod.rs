@@ -1,11 +1,21 @@
 //! The data plane: accept connections, route every request by one table
 //! snapshot, forward it upstream with streaming bodies, answer the client.
 //!
-//! Phases of a request, in order (see `service`): snapshot → route →
-//! decide → upstream request → response → record. Decisions are delegated to
-//! the pure `routing` module; this module does the IO. It must never panic
-//! on client or upstream input, never buffer a body whole (except a capped
-//! copy for mirroring), and never let a slow mirror touch the primary path.
+//! One request core, two transports. The phases of a request (route →
+//! admit → decide → forward → respond → record) are the plain functions of
+//! [`phases`], with the header rules of [`headers`]; decisions come from
+//! the pure `routing` module. Two transports call them:
+//! - the HTTP/1 fast path, [`express`]: every clear-text connection starts
+//!   there (with `proxy.http1FastPath: true`, the default) and is read and
+//!   written as bytes. A request it does not serve (`phases::needs_general_path`
+//!   and `express::head::analyze_request` list which) ends it with an
+//!   `express::Handoff`, which [`server`] gives to hyper at that request;
+//! - the hyper path, [`service`]: HTTP/2, TLS, `http1FastPath: false`, and
+//!   every connection handed off.
+//!
+//! It must never panic on client or upstream input, never buffer a body
+//! whole (except a capped copy for mirroring), and never let a slow mirror
+//! touch the primary path.
 
 /// `AsyncWrite` for a wrapper `$ty<IO>` whose writes all go, unchanged, to
 /// its field `io` (the wrappers that only look at what is read).

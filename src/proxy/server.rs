@@ -105,8 +105,8 @@ pub async fn serve(
         };
         // Each kind spawned as its own task, not awaited inside a common async
         // fn: an awaited future is laid out twice in its caller's state, and a
-        // plain connection must not carry the TLS one's size (issue 8: memory
-        // per idle connection).
+        // plain connection must not carry the TLS one's size (memory per idle
+        // connection).
         match &tls {
             None if shared.settings.http1_fast_path => {
                 tokio::spawn(fast_connection(stream, conn));

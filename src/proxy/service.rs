@@ -1,26 +1,29 @@
-//! The per-request path, as plain functions in phase order:
-//! snapshot → route → decide → upstream request → response → record.
+//! The hyper transport: one request as hyper types, in phase order
+//! (snapshot → admit → route → decide → upstream request → response →
+//! record). What is decided, counted and logged comes from `phases`, as on
+//! the fast path; this file keeps what only hyper has: admission of what
+//! hyper parsed, upgrades, request bodies, gRPC trailers, the 499 of a
+//! request whose client went away. The upstream request is built in `request`.
 
 use super::body::ProxyBody;
 use super::errors::ProxyError;
-use super::headers::{forwarded_for_prefix, forwarded_proto};
 use super::phases::{
     self, choose_side, feed_outlier, find_route, pick_endpoint, record_answer, record_client_error,
     AccessLine, Refusal, UpstreamFailure,
 };
 use super::smuggle::ConnGuard;
+use super::strip_hop_by_hop;
 use super::upload::{self, ClientFault, Limits, Upload, Waited, Watched};
 use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
-use super::{strip_hop_by_hop, strip_weir_headers};
 use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::control::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route};
 use crate::stats::Role;
 use http::header::{
-    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
+    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
@@ -28,6 +31,9 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod request;
+use request::{copy_head, upstream_request, Target};
 
 /// Everything the request path shares, built once at start.
 pub struct ProxyShared {
@@ -62,10 +68,6 @@ pub struct ConnInfo {
 
 /// Re-exported for the mirror, which draws its own endpoint.
 pub use super::phases::random_u64;
-
-static X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: http::HeaderName = http::HeaderName::from_static("x-forwarded-host");
 
 /// hyper service entry point. Never fails: every problem becomes a response.
 pub async fn handle(
@@ -500,111 +502,6 @@ fn idle_limited(body: ProxyBody, after: std::time::Duration) -> ProxyBody {
     ProxyBody::boxed(http_body_util::BodyExt::boxed(limits::IdleTimeout::new(
         body, after,
     )))
-}
-
-/// Where and how a request goes upstream.
-struct Target<'a> {
-    /// The endpoint.
-    authority: &'a http::uri::Authority,
-    /// TLS to the endpoint (`https` scheme).
-    tls: bool,
-    /// The backend's protocol (HTTP/1.1 for upgrades).
-    protocol: UpstreamProtocol,
-    /// The client's `Upgrade` value, kept for the upstream.
-    upgrade: Option<HeaderValue>,
-}
-
-/// Builds the request sent upstream: absolute URI to the endpoint, version
-/// HTTP/1.1 (the client picks the real version per connection: an HTTP/2
-/// pool sends it as HTTP/2), hop-by-hop headers stripped (except an
-/// upgrade's, and `te: trailers` towards HTTP/2 backends, which gRPC
-/// needs), the client's `x-weir-*` headers removed, X-Forwarded-* set, the
-/// client's Host kept (replaced by the target's authority when there is one:
-/// absolute form, HTTP/2), route header edits applied.
-fn upstream_request(
-    parts: http::request::Parts,
-    target: &Target<'_>,
-    conn: &ConnInfo,
-    x_forwarded_host: Option<HeaderValue>,
-    route: &Route,
-) -> Request<()> {
-    let http::request::Parts {
-        method,
-        uri,
-        mut headers,
-        ..
-    } = parts;
-    let te_trailers = target.protocol != UpstreamProtocol::Http1
-        && headers
-            .get_all(TE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-    strip_hop_by_hop(&mut headers);
-    if let Some(u) = &target.upgrade {
-        upgrade::restore(&mut headers, u.clone());
-    }
-    if te_trailers {
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-    }
-    strip_weir_headers(&mut headers);
-    // The authority the request was routed by is the Host the upstream gets:
-    // an absolute-form target's (RFC 9112 §3.2.2) or HTTP/2's `:authority`,
-    // which wins over a differing `host` header (RFC 9113 §8.3.1).
-    if let Some(a) = uri.authority() {
-        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-            headers.insert(HOST, v);
-        }
-    }
-    append_forwarded_for(&mut headers, conn.peer.ip());
-    headers.insert(
-        X_FORWARDED_PROTO.clone(),
-        HeaderValue::from_static(forwarded_proto(conn.tls)),
-    );
-    if let Some(h) = x_forwarded_host {
-        headers.insert(X_FORWARDED_HOST.clone(), h);
-    }
-    if !route.request_headers.is_empty() {
-        route.request_headers.apply(&mut headers);
-    }
-    let scheme = if target.tls { "https" } else { "http" };
-    let mut up = Uri::builder()
-        .scheme(scheme)
-        .authority(target.authority.clone());
-    up = up.path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let mut req = Request::new(());
-    *req.method_mut() = method;
-    // A Uri built from a valid authority and an existing path cannot fail;
-    // fall back to the root rather than panic if it ever does.
-    *req.uri_mut() = up.build().unwrap_or_else(|_| Uri::from_static("/"));
-    *req.version_mut() = Version::HTTP_11;
-    *req.headers_mut() = headers;
-    req
-}
-
-/// A copy of a bodiless upstream request (extensions are not copied: the
-/// upstream request carries none).
-fn copy_head(req: &Request<()>) -> Request<()> {
-    let mut r = Request::new(());
-    *r.method_mut() = req.method().clone();
-    *r.uri_mut() = req.uri().clone();
-    *r.version_mut() = req.version();
-    *r.headers_mut() = req.headers().clone();
-    r
-}
-
-/// Appends the peer to X-Forwarded-For (comma-joined, as nginx's
-/// `$proxy_add_x_forwarded_for`).
-fn append_forwarded_for(headers: &mut http::HeaderMap, ip: std::net::IpAddr) {
-    let first = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
-    let joined = match forwarded_for_prefix(first) {
-        Some(prev) => format!("{prev}, {ip}"),
-        None => ip.to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
-        headers.insert(X_FORWARDED_FOR.clone(), v);
-    }
 }
 
 /// Re-exported for the mirror, which builds its own copy of the request.
