@@ -64,7 +64,9 @@ pub fn endpoint_draw(r: u64) -> u64 {
 /// detail for its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
+    /// The error: status and `x-weir-error` code.
     pub err: ProxyError,
+    /// Why, for the body (`code: detail`).
     pub detail: Cow<'static, str>,
 }
 
@@ -276,8 +278,11 @@ pub fn record_client_error(shared: &ProxyShared, rt: &RouteRuntime, role: Role, 
 /// ([`AccessLine::new`]), so a request without it allocates nothing.
 #[derive(Debug, Clone)]
 pub struct AccessLine {
+    /// The request method.
     pub method: Method,
+    /// The normalised host the request was routed by.
     pub host: String,
+    /// The path, without the query.
     pub path: String,
 }
 

@@ -16,15 +16,25 @@ use std::sync::Arc;
 
 /// A request the fast path forwards, with everything decided.
 pub(super) struct Forward {
+    /// The head sent upstream (its buffer is reused for the client's head).
     pub(super) upstream_head: Vec<u8>,
+    /// Index of the route in the snapshot.
     pub(super) route: usize,
+    /// The side the request counts for.
     pub(super) role: Role,
+    /// The side's backend (outlier feedback).
     pub(super) backend: Arc<crate::proxy::upstream::Backend>,
+    /// The endpoint drawn.
     pub(super) endpoint: Arc<Endpoint>,
+    /// The affinity `Set-Cookie` values the decision asked for.
     pub(super) set_cookies: Vec<http::HeaderValue>,
+    /// A HEAD request: the response has no body whatever its headers say.
     pub(super) head_request: bool,
+    /// May be sent again on a new connection when a pooled one was closed.
     pub(super) idempotent: bool,
+    /// The client asked to close after this exchange.
     pub(super) close: bool,
+    /// The access line, when the log is on.
     pub(super) log: Option<AccessLine>,
 }
 
@@ -35,6 +45,7 @@ pub(super) struct Answer {
     pub(super) counted: Option<(usize, Role)>,
     /// The client asked to close after this exchange.
     pub(super) close: bool,
+    /// The access line, when the log is on.
     pub(super) log: Option<AccessLine>,
 }
 
@@ -46,6 +57,8 @@ pub(super) enum Prepared {
     Handoff,
 }
 
+/// Everything decided about one head before any IO: refusals, hand-off,
+/// route, side, endpoint, the upstream head and the cookies.
 #[inline]
 pub(super) fn prepare(
     head: &[u8],
