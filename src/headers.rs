@@ -37,4 +37,3 @@ pub fn is_hop_by_hop_name(name: &[u8]) -> bool {
 pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     is_hop_by_hop_name(name.as_str().as_bytes())
 }
-

@@ -23,10 +23,10 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::spec::{AnalysisSpec, CanarySpec, MetricSpec, WebhookSpec, TOTAL_WEIGHT};
+use crate::config::affinity::advance_affinity_state;
 pub use crate::config::canary_defaults::{
     DEFAULT_HOOK_TIMEOUT, DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLD, DURATION, SUCCESS_RATE,
 };
-use crate::config::affinity::advance_affinity_state;
 use crate::config::raw::{RawAffinity, RawAffinityState, RawMatch, RawMirror, RawRoute};
 use crate::config::CanaryConfig;
 pub use crate::config::MetricKind;
