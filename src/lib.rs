@@ -10,6 +10,7 @@
 //! - [`proxy`]: the data plane: listeners, request path, upstream client, errors.
 //! - [`mirror`]: bounded shadow traffic to the canary.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
+//! - [`clock`]: the time the long-running drivers read and wait on (system, or tokio's paused time in tests).
 //! - [`metrics`]: the per-app Prometheus registry (`/metrics`), handles pre-registered per route.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the table store (one `ArcSwap`), the admin API, auth and the event bus.
@@ -24,6 +25,7 @@
 pub mod affinity;
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod control;

@@ -141,6 +141,17 @@ pub struct DriveGuard {
     pub token: i64,
 }
 
+impl DriveGuard {
+    /// Holds `lock` for reading under `token` (an [`crate::cluster::Ownership`] other
+    /// than [`Cluster`], e.g. a test's).
+    pub async fn hold(lock: Arc<RwLock<()>>, token: i64) -> DriveGuard {
+        DriveGuard {
+            _guard: lock.read_owned().await,
+            token,
+        }
+    }
+}
+
 /// Another replica's control API, for the owner's remote data planes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
