@@ -89,7 +89,7 @@ total="$(grep -h '^totals:' "$f" | awk '{print $2}')"
 echo "== $target: $(( total / n )) instructions per request (user space), profile: $f"
 # The request path's own functions and the big shared costs, inclusive,
 # as instructions per request (framework frames left out).
-pattern='weir::(proxy|routing|affinity|stats|metrics)|send_request::\{\{closure\}\} \[|Http1Transaction>::(parse|encode) \[|malloc\.c:(malloc|free) \[|memcpy|sip::Hasher<S> as core::hash::Hasher>::write \[|ngx_http_(process_request|upstream_init|map_find|regex_exec)|pcre2_match|RAND_bytes \['
+pattern='weir::(proxy|routing|affinity|stats|dataplane)|send_request::\{\{closure\}\} \[|Http1Transaction>::(parse|encode) \[|malloc\.c:(malloc|free) \[|memcpy|sip::Hasher<S> as core::hash::Hasher>::write \[|ngx_http_(process_request|upstream_init|map_find|regex_exec)|pcre2_match|RAND_bytes \['
 callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null \
     | grep -E '\[' | grep -E "$pattern" | sed 's/,//g' \
     | awk -v n="$n" '{ir=$1; sub(/^ *[0-9]+ +\( *[0-9.]+%\) +/, ""); printf "%8.0f Ir/req  %s\n", ir/n, substr($0, 1, 150)}' \

@@ -2,15 +2,21 @@
 //! with its known bugs fixed.
 //!
 //! PURE: the cookie values are part of the routing table (written by the
-//! engine or filled in by the table store), never generated here, so every
-//! replica of a fleet pins a client the same way. No IO, no clock, no RNG.
-//! Cookies are read parsed (see `RequestView::any_cookie`), never with a loose
-//! regex, and a client's cookie can never select a canary that is not running.
+//! engine or filled in by the table store), so every replica of a fleet pins
+//! a client the same way. No IO, no clock; the one rule that makes new values
+//! ([`advance_values`]) takes its RNG from the caller.
+//! Cookies are read parsed (through [`RequestCookies`], which the routing
+//! layer's request view implements), never with a loose regex, and a client's
+//! cookie can never select a canary that is not running.
+//!
+//! Layering: this module sits at the bottom beside `stats`; `routing` and
+//! `config` import it, it imports neither.
 
-use crate::routing::RequestView;
 use cookie::{Cookie, SameSite};
 use http::HeaderValue;
+use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// The route's `sessionAffinity` block, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +62,60 @@ pub struct AffinityState {
 /// Minimum length of generated cookie values (DESIGN §5).
 pub const MIN_VALUE_LEN: usize = 10;
 
+/// The cookies of a request, read parsed. Implemented by the routing layer's
+/// request view; a trait so that this module need not know it (the calls are
+/// static, `pin` costs what it did).
+pub trait RequestCookies {
+    /// Offers every value of cookie `name` to `f` until it returns true;
+    /// whether one did.
+    fn any_cookie(&self, name: &str, f: impl FnMut(Cow<'_, str>) -> bool) -> bool;
+
+    /// Whether cookie `name` is present with exactly `value`.
+    fn has_cookie(&self, name: &str, value: &str) -> bool {
+        self.any_cookie(name, |v| v == value)
+    }
+}
+
+/// A random cookie value: 16 ASCII letters and digits (≥ MIN_VALUE_LEN).
+pub fn new_value(rng: &mut impl Rng) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let len = MIN_VALUE_LEN.max(16);
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// The cookie values after the weight moves from `old_weight` to
+/// `new_weight` (DESIGN §5): a run starts (0 → >0) with new canary and
+/// primary values and forgets the last run's; a step (a change between two
+/// non-zero weights) gets a new primary value; the run ends (>0 → 0)
+/// keeping its canary value as `previous_canary`, expired on sight.
+/// The one rule shared by the table store and the rollout engine.
+pub fn advance_values(
+    canary: &mut Option<String>,
+    primary: &mut Option<String>,
+    previous_canary: &mut Option<String>,
+    old_weight: i64,
+    new_weight: i64,
+    rng: &mut impl Rng,
+) {
+    if old_weight == 0 && new_weight > 0 {
+        *canary = Some(new_value(rng));
+        *primary = Some(new_value(rng));
+        *previous_canary = None;
+    } else if old_weight > 0 && new_weight > 0 && old_weight != new_weight {
+        *primary = Some(new_value(rng));
+        if canary.is_none() {
+            *canary = Some(new_value(rng));
+        }
+    } else if old_weight > 0 && new_weight == 0 {
+        if let Some(v) = canary.take() {
+            *previous_canary = Some(v);
+        }
+        *primary = None;
+    }
+}
+
 /// What the cookies of a request say, before the weighted draw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pin {
@@ -73,7 +133,7 @@ pub enum Pin {
 pub fn pin(
     cfg: &AffinityConfig,
     state: &AffinityState,
-    req: &RequestView<'_>,
+    req: &impl RequestCookies,
     running: bool,
 ) -> Pin {
     let mut stale = None;

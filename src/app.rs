@@ -7,10 +7,10 @@
 //! shutdown starts.
 
 use crate::config::Config;
-use crate::control::api::{self, ApiState};
+use crate::control::api::{self, ApiState, ReadinessCheck, RouteDef};
 use crate::control::events::{self, EventBus};
-use crate::control::store::TableStore;
-use crate::metrics::Metrics;
+use crate::dataplane::metrics::Metrics;
+use crate::dataplane::store::TableStore;
 use crate::proxy::server;
 use crate::proxy::service::ProxyShared;
 use crate::proxy::upstream::build_client;
@@ -22,6 +22,17 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// The admin API's route table: the core routes, then each feature's. The
+/// framework (`control::api`) knows none of them; this is where they meet.
+pub fn api_routes() -> impl Iterator<Item = &'static RouteDef> {
+    crate::control::core::ROUTES
+        .iter()
+        .chain(crate::table_api::ROUTES.iter())
+        .chain(crate::rollout::api::ROUTES.iter())
+        .chain(crate::endpoints::api::ROUTES.iter())
+        .chain(crate::cluster::api::ROUTES.iter())
+}
 
 /// A started weir: its bound addresses and the handles to stop it.
 pub struct RunningApp {
@@ -168,7 +179,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(ApiState {
         store: store.clone(),
-        shared: shared.clone(),
+        routes: api_routes().collect(),
         metrics: metrics.clone(),
         events: events.clone(),
         token: cfg.admin.token.clone(),
@@ -177,8 +188,10 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         ext: {
             let mut ext = http::Extensions::new();
             ext.insert(engine.clone());
+            ext.insert(shared.clone());
             if let Some(c) = &cluster {
                 ext.insert(c.clone());
+                ext.insert(ReadinessCheck(crate::cluster::api::not_ready_reason));
             }
             ext
         },

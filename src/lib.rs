@@ -4,16 +4,21 @@
 //! # Layout
 //! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `demo`).
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
-//! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths.
+//!   Composes the admin API's route table from the features (`app::api_routes`).
+//! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
+//!   also the `cluster:` settings, PEM/CA file loading and the raw affinity-state rule.
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
-//! - [`affinity`]: PURE sticky canary/primary cookies.
-//! - [`proxy`]: the data plane: listeners, request path, upstream client, errors.
-//! - [`mirror`]: bounded shadow traffic to the canary.
+//! - [`affinity`]: PURE sticky canary/primary cookies and the rule that renews their values.
+//! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).
+//! - [`dataplane`]: data-plane runtime state: the table store (one `ArcSwap`) with its snapshot and
+//!   per-route handles, backends and endpoints, mirror counters, the Prometheus registry.
+//! - [`proxy`]: the data plane: listeners, request path, upstream client, errors, mirroring.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
 //! - [`clock`]: the time the long-running drivers read and wait on (system, or tokio's paused time in tests).
-//! - [`metrics`]: the per-app Prometheus registry (`/metrics`), handles pre-registered per route.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
-//! - [`control`]: the table store (one `ArcSwap`), the admin API, auth and the event bus.
+//! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
+//!   OpenAPI), its core routes and the event bus.
+//! - [`table_api`]: the admin API's table, route, backend and stats handlers.
 //! - [`ctl`]: `weir ctl`, the command-line client of the admin API.
 //! - [`endpoints`]: health checks, outlier ejection, readiness-gated rolling updates (pure steps + driver).
 //! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks.
@@ -21,6 +26,19 @@
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
 //! - [`echo`]: the small backend used by tests, demos and benchmarks.
+//!
+//! # Layering
+//! A module imports only modules below it (`use crate::…`), bottom to top:
+//! 1. pure: `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`;
+//! 2. `config`;
+//! 3. `dataplane` (state the proxy reads and the control plane writes);
+//! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
+//! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`;
+//! 6. `app` (composition), `cli`, `ctl`, `demo`.
+//!
+//! One exception remains: `dataplane::backend` embeds the endpoint state machine of
+//! `endpoints` (`EndpointControl`), so `endpoints`' state parts belong in layer 3 while its
+//! driver and API are a layer-5 feature.
 
 pub mod affinity;
 pub mod app;
@@ -30,14 +48,15 @@ pub mod cluster;
 pub mod config;
 pub mod control;
 pub mod ctl;
+pub mod dataplane;
 pub mod demo;
 pub mod echo;
 pub mod endpoints;
-pub mod metrics;
-pub mod mirror;
+pub mod headers;
 pub mod probe;
 pub mod proxy;
 pub mod reload;
 pub mod rollout;
 pub mod routing;
 pub mod stats;
+pub mod table_api;

@@ -15,7 +15,7 @@
 
 use crate::config::raw::RawConfig;
 use crate::config::{self, ConfigErrors};
-use crate::control::store::{TableStore, WriteError};
+use crate::dataplane::store::{TableStore, WriteError};
 use std::path::Path;
 
 /// What a reload did.

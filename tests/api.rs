@@ -1064,7 +1064,7 @@ async fn openapi_lists_every_path_the_router_serves() {
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
     let paths = doc["paths"].as_object().unwrap();
     let mut served = BTreeSet::new();
-    for def in weir::control::api::routes() {
+    for def in weir::app::api_routes() {
         let m = def.method.as_str().to_ascii_lowercase();
         assert!(
             paths.get(def.path).and_then(|p| p.get(&m)).is_some(),
@@ -1137,7 +1137,7 @@ async fn openapi_lists_every_path_the_router_serves() {
         );
     }
     // Each documented GET answers (path parameters filled with real names).
-    for def in weir::control::api::routes().filter(|d| d.method == Method::GET) {
+    for def in weir::app::api_routes().filter(|d| d.method == Method::GET) {
         if def.path == "/api/v1/events" {
             continue; // a stream; covered by the SSE test
         }

@@ -260,7 +260,7 @@ fn cookies_are_parsed_not_regex_matched_and_split_headers_count() {
 
 #[test]
 fn store_fills_values_on_run_start_step_and_end() {
-    use crate::control::store::fill_affinity_values;
+    use crate::config::affinity::fill_affinity_values;
     use rand::SeedableRng;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
     let base = |w: i64| -> RawTable {

@@ -20,36 +20,8 @@
 //!
 //! Nothing here does IO, reads a clock or panics.
 
+pub use crate::config::cluster::Algorithm;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// How canaries are spread over shards (`cluster.algorithm`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Algorithm {
-    /// Sorted canary names dealt to sorted shards in turn.
-    #[default]
-    RoundRobin,
-    /// Rendezvous hashing: minimal moves when a shard comes or goes.
-    Hash,
-}
-
-impl Algorithm {
-    /// The config spelling (`round-robin`, `hash`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::RoundRobin => "round-robin",
-            Algorithm::Hash => "hash",
-        }
-    }
-
-    /// Parses the config spelling.
-    pub fn parse(s: &str) -> Option<Algorithm> {
-        match s {
-            "round-robin" => Some(Algorithm::RoundRobin),
-            "hash" => Some(Algorithm::Hash),
-            _ => None,
-        }
-    }
-}
 
 /// Assigns every canary to one of `shards`. Duplicate names and duplicate shard
 /// numbers are ignored; with no shard at all the map is empty (nobody drives

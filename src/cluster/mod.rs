@@ -2,7 +2,8 @@
 //! each canary, through etcd.
 //!
 //! # Layout
-//! - [`config`]: PURE. The `cluster:` block, validated (field-path errors).
+//! - `config::cluster` (in the config layer, re-exported here): PURE. The `cluster:`
+//!   block, validated (field-path errors).
 //! - [`assign`]: PURE. Canary → shard: round-robin or rendezvous hashing.
 //! - [`view`]: PURE. One consistent snapshot of members, shards and owner keys, the
 //!   key layout ([`view::Keys`]) and the shard decision ([`view::plan_shards`]).
@@ -27,7 +28,6 @@
 
 pub mod api;
 pub mod assign;
-pub mod config;
 pub mod etcd;
 pub mod membership;
 pub mod view;
@@ -35,8 +35,8 @@ pub mod view;
 use std::future::Future;
 use std::pin::Pin;
 
+pub use crate::config::cluster::{ClusterSettings, Replicas};
 pub use assign::Algorithm;
-pub use config::{ClusterSettings, Replicas};
 pub use membership::{
     default_name, Cluster, ClusterEvent, ClusterOptions, ClusterStatus, DriveGuard, Peer, SaveError,
 };

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::assign::{assign, Algorithm};
-use super::config::Replicas;
 use super::etcd::KeyValue;
+use crate::config::cluster::Replicas;
 
 /// `<prefix>/members/<name>`: a live replica (bound to its lease).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

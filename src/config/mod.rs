@@ -6,10 +6,17 @@
 //! The control API reuses the same validation for every write, so a table
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
+//!
+//! Layering: `config` imports only the pure modules (`routing`, `affinity`,
+//! `headers`); what it validates for the layers above lives here too
+//! ([`cluster`] settings, [`tls`] file loading, the raw [`affinity`] rule).
 
+pub mod affinity;
+pub mod cluster;
 mod duration;
 mod locate;
 pub mod raw;
+pub mod tls;
 mod validate;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};

@@ -39,7 +39,7 @@ pub struct RawConfig {
     pub cluster: Option<RawCluster>,
 }
 
-/// `cluster:`: the replicas of a fleet coordinate through etcd (see `crate::cluster`).
+/// `cluster:`: the replicas of a fleet coordinate through etcd (see the `cluster` module).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawCluster {

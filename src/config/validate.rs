@@ -233,7 +233,7 @@ pub struct Config {
     pub proxy: ProxySettings,
     pub rollout: RolloutSettings,
     /// Fleet coordination through etcd; `None`: single-replica mode.
-    pub cluster: Option<crate::cluster::ClusterSettings>,
+    pub cluster: Option<super::cluster::ClusterSettings>,
     /// Values accepted but changed or worth a second look, each with its field path
     /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
     pub warnings: Vec<ConfigError>,
@@ -312,7 +312,7 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
             .map(|d| base.join(d)),
     };
     let cluster = raw.cluster.as_ref().and_then(|c| {
-        crate::cluster::config::validate(c)
+        super::cluster::validate(c)
             .map_err(|list| {
                 for (path, reason) in list {
                     errs.push(path, reason);
@@ -486,10 +486,10 @@ fn validate_listener_tls(path: &str, t: &RawTls, base: &Path, errs: &mut Errors)
             cert_file: base.join(cert),
             key_file: base.join(key),
         };
-        match crate::proxy::tls::load_pair(&files.cert_file, &files.key_file) {
+        match super::tls::load_pair(&files.cert_file, &files.key_file) {
             Ok(_) => {}
-            Err(crate::proxy::tls::PairError::Cert(m)) => errs.push(format!("{p}.certFile"), m),
-            Err(crate::proxy::tls::PairError::Key(m)) => errs.push(format!("{p}.keyFile"), m),
+            Err(super::tls::PairError::Cert(m)) => errs.push(format!("{p}.certFile"), m),
+            Err(super::tls::PairError::Key(m)) => errs.push(format!("{p}.keyFile"), m),
         }
         certificates.push(files);
     }
@@ -827,7 +827,7 @@ fn validate_backend(
         let p = format!("{path}.tls");
         let ca_file = t.ca_file.as_ref().map(std::path::PathBuf::from);
         if let Some(f) = &ca_file {
-            if let Err(e) = crate::proxy::tls::load_ca_file(f) {
+            if let Err(e) = super::tls::load_ca_file(f) {
                 errs.push(format!("{p}.caFile"), e);
             }
         }
@@ -1050,7 +1050,7 @@ fn compile_edits(path: &str, raw: Option<&RawHeaderEdits>, errs: &mut Errors) ->
                 return None;
             }
         };
-        if crate::proxy::is_hop_by_hop(&name) || name == http::header::HOST {
+        if crate::headers::is_hop_by_hop(&name) || name == http::header::HOST {
             errs.push(
                 p,
                 format!("header {k:?} is managed by the proxy and cannot be edited"),

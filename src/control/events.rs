@@ -7,7 +7,7 @@
 //! than [`BUS_CAPACITY`] events behind is told so with a `lagged` event and
 //! should re-read the state it cares about; there is no replay.
 
-use crate::control::store::TableChanged;
+use crate::dataplane::store::TableChanged;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -1,12 +1,29 @@
-//! The control plane of one weir: the table store every writer goes
-//! through, and the admin HTTP API in front of it.
+//! The control plane of one weir: the admin HTTP API framework in front of
+//! the table store.
 //!
-//! - `store`: the one `ArcSwap` routing table, validated writes, versions.
-//! - `api`: the admin HTTP API (routes, handlers, the admin listener).
+//! - `api`: the admin listener, the route table and dispatch, auth and error
+//!   responses, JSON helpers and the OpenAPI document. It knows no feature:
+//!   each feature's handlers are passed in by `app` (see
+//!   `app::api_routes`).
+//! - `server`: the admin listener loop and request dispatch.
+//! - `core`: the routes every weir serves (probes, `/metrics`,
+//!   `/openapi.json`, the event stream).
 //! - `auth`: bearer-token check in constant time.
 //! - `events`: the event bus behind `GET /api/v1/events` (SSE).
+//! - `store`: the table store as the control plane names it (it lives in
+//!   `dataplane::store`, below the proxy and this module).
+//!
+//! Layering: imports `config`, `dataplane` and `stats`; the features
+//! (`endpoints::api`, `rollout::api`, `cluster::api`) import this module.
 
 pub mod api;
 pub mod auth;
+pub mod core;
 pub mod events;
-pub mod store;
+pub mod server;
+
+/// The table store lives in the data-plane state layer; this is its name for
+/// callers of the control plane.
+pub mod store {
+    pub use crate::dataplane::store::*;
+}

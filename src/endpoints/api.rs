@@ -13,7 +13,7 @@
 use super::runtime::{EndpointsView, RolloutSnapshot};
 use crate::config::ConfigError;
 use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
-use crate::control::store::{TableStore, WriteError};
+use crate::dataplane::store::{TableStore, WriteError};
 use http::header::{HeaderValue, ETAG};
 use http::{Method, StatusCode};
 use serde::{Deserialize, Serialize};

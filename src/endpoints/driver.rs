@@ -25,8 +25,8 @@
 use super::health::{HealthConfig, ProbeResult};
 use super::runtime::{now_ms, EndpointControl, EndpointEvent};
 use crate::clock::Clock;
-use crate::control::store::TableStore;
-use crate::proxy::upstream::Backend;
+use crate::dataplane::backend::Backend;
+use crate::dataplane::store::TableStore;
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, USER_AGENT};
 use http::{HeaderValue, Request, Uri};

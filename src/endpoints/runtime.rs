@@ -1,7 +1,7 @@
 //! The runtime state of one backend's endpoints: the glue between the pure modules
 //! (`rolling`, `health`, `outlier`) and the proxy's rotation.
 //!
-//! An [`EndpointControl`] lives inside every [`Backend`](crate::proxy::upstream::Backend).
+//! An [`EndpointControl`] lives inside every [`Backend`](crate::dataplane::backend::Backend).
 //! Three callers use it, each for one thing:
 //!
 //! * the table store, through `BackendRegistry::sync`, on every table write:
@@ -27,7 +27,7 @@ use super::outlier::{OutlierConfig, OutlierDetector};
 use super::rolling::{self, IntOrPercent, Member, Phase, RollingConfig, RollingState};
 use super::rolling::{Resolved, RollingStatus};
 use crate::config::{self, BackendSpec};
-use crate::proxy::upstream::Endpoint;
+use crate::dataplane::backend::Endpoint;
 use arc_swap::ArcSwap;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};

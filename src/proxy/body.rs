@@ -29,7 +29,7 @@ enum Inner {
     Empty,
     Full(Option<Bytes>),
     Streamed(Incoming),
-    Tee(crate::mirror::TeeBody),
+    Tee(super::mirror::TeeBody),
     Boxed(BoxedBody),
 }
 
@@ -65,7 +65,7 @@ impl ProxyBody {
     }
 
     /// A request body that is also copied to a mirror.
-    pub fn tee(b: crate::mirror::TeeBody) -> Self {
+    pub fn tee(b: super::mirror::TeeBody) -> Self {
         ProxyBody {
             inner: Inner::Tee(b),
             _guard: None,

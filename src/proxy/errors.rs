@@ -91,3 +91,19 @@ impl ProxyError {
         r
     }
 }
+
+impl crate::dataplane::metrics::AnsweredError for ProxyError {
+    fn status_code(self) -> u16 {
+        self.status().as_u16()
+    }
+
+    fn upstream_failure(self) -> Option<crate::dataplane::metrics::UpstreamFailure> {
+        use crate::dataplane::metrics::UpstreamFailure;
+        match self {
+            ProxyError::NoEndpoint => Some(UpstreamFailure::NoEndpoint),
+            ProxyError::Timeout => Some(UpstreamFailure::Timeout),
+            ProxyError::Upstream => Some(UpstreamFailure::Upstream),
+            _ => None,
+        }
+    }
+}

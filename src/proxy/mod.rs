@@ -55,6 +55,7 @@ pub mod errors;
 pub mod express;
 pub mod grpc;
 pub mod limits;
+pub mod mirror;
 pub mod server;
 pub mod service;
 pub mod smuggle;
@@ -65,22 +66,8 @@ pub mod upstream;
 
 use http::header::{HeaderMap, HeaderName, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-
-/// Whether `name` is a fixed hop-by-hop header: one that describes one
-/// connection, not the message (RFC 9110 §7.6.1). hyper strips them only on
-/// HTTP/2, so the proxy removes them both ways. Compared as `HeaderName`s
-/// (an enum compare for standard names), never as strings.
-pub fn is_hop_by_hop(name: &HeaderName) -> bool {
-    *name == CONNECTION
-        || *name == TE
-        || *name == TRAILER
-        || *name == TRANSFER_ENCODING
-        || *name == UPGRADE
-        || *name == KEEP_ALIVE
-        || *name == PROXY_CONNECTION
-}
+pub use crate::headers::is_hop_by_hop;
+use crate::headers::{KEEP_ALIVE, PROXY_CONNECTION};
 
 /// Whether a header the proxy depends on is named: one that `Connection`
 /// can never make hop-by-hop (the class of CVE-2022-31813). Host routes the

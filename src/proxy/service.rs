@@ -9,10 +9,12 @@ use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
 use super::{strip_hop_by_hop, strip_weir_headers};
 use crate::config::{ProxySettings, UpstreamProtocol};
-use crate::control::store::{RouteRuntime, Snapshot, TableStore};
+use crate::dataplane::store::{RouteRuntime, Snapshot, TableStore};
 use crate::routing::{decide, normalize_host, Draw, RequestView, Route, Side};
 use crate::stats::Role;
-use http::header::{HeaderValue, CONNECTION, HOST, SET_COOKIE, TE, UPGRADE};
+use http::header::{
+    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
+};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -211,7 +213,7 @@ pub async fn handle(
     };
     let mut up = upstream_request(parts, &target, &conn, x_forwarded_host, route);
     let up_body = if decision.mirror {
-        crate::mirror::dispatch(&shared, &snap, idx, &mut up, body)
+        super::mirror::dispatch(&shared, &snap, idx, &mut up, body)
     } else {
         ProxyBody::streamed(body)
     };
@@ -315,6 +317,11 @@ pub async fn handle(
                 _ => None,
             };
             let switched_to = rp.headers.get(UPGRADE).cloned();
+            // Transfer-Encoding overrides Content-Length (RFC 9112 §6.3): with
+            // both, hyper would frame the decoded body by the wrong length.
+            if rp.headers.contains_key(TRANSFER_ENCODING) {
+                rp.headers.remove(CONTENT_LENGTH);
+            }
             strip_hop_by_hop(&mut rp.headers);
             if let (Some(_), Some(v)) = (&tunnel, switched_to) {
                 upgrade::restore(&mut rp.headers, v);

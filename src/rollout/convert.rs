@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use super::spec::{
     AnalysisSpec, CanarySpec, HookKind, MetricSpec, Promotion, WebhookSpec, TOTAL_WEIGHT,
 };
+use crate::config::affinity::advance_affinity_state;
 use crate::config::raw::{RawAffinity, RawAffinityState, RawMatch, RawMirror, RawRoute};
 use crate::config::{parse_duration, CanaryConfig};
-use crate::control::store::advance_affinity_state;
 
 /// Name of the built-in success-rate metric (percent of non-5xx answers).
 pub const SUCCESS_RATE: &str = "request-success-rate";

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use super::convert::{apply_change, merge_diff, CanaryDef, RouteChange};
 use super::http::HttpClient;
 use crate::config::raw::RawRoute;
-use crate::control::store::{TableStore, WriteError};
+use crate::dataplane::store::{TableStore, WriteError};
 use crate::stats::{Role, WindowSnapshot};
 
 /// A boxed future, so the trait can be used as `dyn DataPlane`.

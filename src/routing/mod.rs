@@ -275,3 +275,15 @@ impl<'a> RequestView<'a> {
         })
     }
 }
+
+impl crate::affinity::RequestCookies for RequestView<'_> {
+    #[inline]
+    fn any_cookie(&self, name: &str, f: impl FnMut(Cow<'_, str>) -> bool) -> bool {
+        RequestView::any_cookie(self, name, f)
+    }
+
+    #[inline]
+    fn has_cookie(&self, name: &str, value: &str) -> bool {
+        RequestView::has_cookie(self, name, value)
+    }
+}

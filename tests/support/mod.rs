@@ -187,15 +187,19 @@ pub enum Reply {
     Send(Vec<Vec<u8>>, bool),
     /// Closes the connection without answering.
     Hangup,
+    /// Never answers; keeps the connection until the peer closes it.
+    Stall,
 }
 
 /// A backend answering by script: `(request number on this connection,
-/// head)` → reply. Counts connections and keeps every head it saw.
+/// head)` → reply. Counts connections and keeps every head it saw, and
+/// beside it the request body (Content-Length or chunked, decoded).
 pub struct Scripted {
     pub addr: std::net::SocketAddr,
     pub conns: Arc<AtomicUsize>,
     pub closed_by_peer: Arc<AtomicUsize>,
     pub heads: Arc<Mutex<Vec<String>>>,
+    pub bodies: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 pub async fn scripted<F>(script: F) -> Scripted
@@ -207,12 +211,18 @@ where
     let conns = Arc::new(AtomicUsize::new(0));
     let closed_by_peer = Arc::new(AtomicUsize::new(0));
     let heads = Arc::new(Mutex::new(Vec::new()));
+    let bodies = Arc::new(Mutex::new(Vec::new()));
     let script = Arc::new(script);
-    let (c, cl, h) = (conns.clone(), closed_by_peer.clone(), heads.clone());
+    let (c, cl, h, b) = (
+        conns.clone(),
+        closed_by_peer.clone(),
+        heads.clone(),
+        bodies.clone(),
+    );
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
             c.fetch_add(1, Ordering::SeqCst);
-            let (script, h, cl) = (script.clone(), h.clone(), cl.clone());
+            let (script, h, cl, b) = (script.clone(), h.clone(), cl.clone(), b.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 for n in 0.. {
@@ -220,19 +230,29 @@ where
                         cl.fetch_add(1, Ordering::SeqCst);
                         return;
                     };
-                    // Skip a Content-Length body.
-                    let len = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
-                    while buf.len() < len {
-                        let mut chunk = [0u8; 4096];
-                        match s.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    let body = if header(&head, "transfer-encoding").is_some() {
+                        let Some((body, _)) = read_chunked(&mut s, &mut buf).await else {
+                            return;
+                        };
+                        body
+                    } else {
+                        let len = header(&head, "content-length").map_or(0, |v| v.parse().unwrap());
+                        while buf.len() < len {
+                            if !more(&mut s, &mut buf).await {
+                                return;
+                            }
                         }
-                    }
-                    buf.drain(..len);
+                        buf.drain(..len).collect()
+                    };
                     h.lock().unwrap().push(head.clone());
+                    b.lock().unwrap().push(body);
                     match script(n, &head) {
                         Reply::Hangup => return,
+                        Reply::Stall => {
+                            let mut sink = [0u8; 4096];
+                            while matches!(s.read(&mut sink).await, Ok(k) if k > 0) {}
+                            return;
+                        }
                         Reply::Send(pieces, close) => {
                             for (i, p) in pieces.iter().enumerate() {
                                 if i > 0 {
@@ -256,6 +276,7 @@ where
         conns,
         closed_by_peer,
         heads,
+        bodies,
     }
 }
 
@@ -294,11 +315,13 @@ pub fn ok(body: &str) -> Reply {
     )
 }
 
-/// One response read by the raw client: status, head, decoded body.
+/// One response read by the raw client: status, head, decoded body, and
+/// the trailer lines of a chunked body.
 pub struct Got {
     pub status: u16,
     pub head: String,
     pub body: Vec<u8>,
+    pub trailers: String,
 }
 
 pub async fn more(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
@@ -315,50 +338,91 @@ pub async fn more(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
 
 /// Reads one response; `head_request` for an answer to HEAD.
 pub async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_request: bool) -> Got {
-    let head = read_head(s, buf).await.expect("a response head");
-    let status: u16 = head[9..12].parse().unwrap();
+    try_read_response(s, buf, head_request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`read_response`], where a response cut short is an error naming what
+/// arrived instead of a panic.
+pub async fn try_read_response(
+    s: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_request: bool,
+) -> Result<Got, String> {
+    let head = read_head(s, buf).await.ok_or("no response head")?;
+    let status: u16 = head[9..12]
+        .parse()
+        .map_err(|_| format!("bad status line: {head:?}"))?;
     let mut body = Vec::new();
+    let mut trailers = String::new();
     if head_request || status == 204 || status == 304 {
     } else if header(&head, "transfer-encoding").is_some() {
-        loop {
-            while !buf.windows(2).any(|w| w == b"\r\n") {
-                assert!(more(s, buf).await, "eof in a chunk size");
-            }
-            let i = buf.windows(2).position(|w| w == b"\r\n").unwrap();
-            let line = std::str::from_utf8(&buf[..i]).unwrap();
-            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).unwrap();
-            if size == 0 {
-                // Trailer lines, then the empty line.
-                buf.drain(..i + 2);
-                loop {
-                    while !buf.windows(2).any(|w| w == b"\r\n") {
-                        assert!(more(s, buf).await, "eof in the trailers");
-                    }
-                    let j = buf.windows(2).position(|w| w == b"\r\n").unwrap();
-                    buf.drain(..j + 2);
-                    if j == 0 {
-                        break;
-                    }
-                }
-                break;
-            }
-            while buf.len() < i + 2 + size + 2 {
-                assert!(more(s, buf).await, "eof in a chunk");
-            }
-            body.extend_from_slice(&buf[i + 2..i + 2 + size]);
-            buf.drain(..i + 2 + size + 2);
-        }
+        (body, trailers) = read_chunked(s, buf)
+            .await
+            .ok_or_else(|| format!("eof in a chunked body after {head:?}"))?;
     } else if let Some(n) = header(&head, "content-length") {
-        let n: usize = n.parse().unwrap();
+        let n: usize = n
+            .parse()
+            .map_err(|_| format!("bad content-length: {head:?}"))?;
         while buf.len() < n {
-            assert!(more(s, buf).await, "eof in the body");
+            if !more(s, buf).await {
+                let got = String::from_utf8_lossy(buf);
+                return Err(format!("eof in the body after {head:?} and {got:?}"));
+            }
         }
         body = buf.drain(..n).collect();
     } else {
         while more(s, buf).await {}
         body = std::mem::take(buf);
     }
-    Got { status, head, body }
+    Ok(Got {
+        status,
+        head,
+        body,
+        trailers,
+    })
+}
+
+/// Reads a chunked body off `buf` + `s`: the decoded data and the trailer
+/// lines; `None` at an early end of stream.
+pub async fn read_chunked(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Vec<u8>, String)> {
+    let mut body = Vec::new();
+    loop {
+        while !buf.windows(2).any(|w| w == b"\r\n") {
+            if !more(s, buf).await {
+                return None;
+            }
+        }
+        let i = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+        let line = std::str::from_utf8(&buf[..i]).unwrap();
+        let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            // Trailer lines, then the empty line.
+            buf.drain(..i + 2);
+            let mut trailers = String::new();
+            loop {
+                while !buf.windows(2).any(|w| w == b"\r\n") {
+                    if !more(s, buf).await {
+                        return None;
+                    }
+                }
+                let j = buf.windows(2).position(|w| w == b"\r\n").unwrap();
+                trailers.push_str(&String::from_utf8_lossy(&buf[..j + 2]));
+                buf.drain(..j + 2);
+                if j == 0 {
+                    return Some((body, trailers));
+                }
+            }
+        }
+        while buf.len() < i + 2 + size + 2 {
+            if !more(s, buf).await {
+                return None;
+            }
+        }
+        body.extend_from_slice(&buf[i + 2..i + 2 + size]);
+        buf.drain(..i + 2 + size + 2);
+    }
 }
 
 /// A client connection that sends raw requests.

@@ -51,10 +51,10 @@ use tokio::sync::{broadcast, watch, Notify, OwnedRwLockReadGuard, RwLock};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::config::ClusterSettings;
 use super::etcd::EtcdClient;
 use super::view::{Keys, View};
 use crate::clock::Clock;
+use crate::config::cluster::ClusterSettings;
 
 mod lease;
 mod reconcile;

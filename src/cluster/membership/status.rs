@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::cluster::config::Replicas;
 use crate::cluster::view::assignment;
+use crate::config::cluster::Replicas;
 
 /// What `GET /api/v1/cluster` and `weir ctl cluster` show.
 #[derive(Clone, Debug, Serialize)]

@@ -2,10 +2,10 @@
 
 use super::*;
 
+use crate::dataplane::backend::Endpoint;
 use crate::endpoints::health::ProbeResult;
 use crate::endpoints::outlier::Outcome;
 use crate::endpoints::rolling::{self, Action, Phase};
-use crate::proxy::upstream::Endpoint;
 use arc_swap::ArcSwap;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

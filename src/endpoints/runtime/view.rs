@@ -2,9 +2,9 @@
 
 use super::*;
 
+use crate::dataplane::backend::Endpoint;
+use crate::endpoints::rolling;
 use crate::endpoints::rolling::RollingStatus;
-use crate::endpoints::rolling::{self};
-use crate::proxy::upstream::Endpoint;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

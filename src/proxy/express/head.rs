@@ -293,7 +293,7 @@ pub fn analyze_response(
 
 /// Appends the head sent to the client: status line (the upstream's reason
 /// phrase, or the standard one when it sent none), end-to-end headers as
-/// received (Content-Length dropped under chunked framing), the upstream's
+/// received (Content-Length dropped under chunked framing and on a 204), the upstream's
 /// transfer codings for a chunked body (forwarded undecoded), chunked for a
 /// close-delimited one (re-framed), `date` when the upstream
 /// sent none (as hyper), the affinity `set-cookie`s, `connection: close`
@@ -335,7 +335,8 @@ pub fn write_client_head(
         if is_hop_by_hop(n) || listed.contains(n) || (overflow && strip_listed(resp.headers, n)) {
             continue;
         }
-        if chunked_out && named(n, "content-length") {
+        // A 204 never carries Content-Length (RFC 9110 §8.6), as hyper writes it.
+        if (chunked_out || plan.status == 204) && named(n, "content-length") {
             continue;
         }
         has_date |= named(n, "date");

@@ -21,7 +21,7 @@
 
 pub mod chunked;
 pub mod head;
-pub mod pool;
+pub use crate::dataplane::idle_pool as pool;
 pub mod rewind;
 
 #[cfg(test)]
@@ -249,7 +249,7 @@ enum Prepared {
 fn prepare(
     head: &[u8],
     shared: &ProxyShared,
-    snap: &crate::control::store::Snapshot,
+    snap: &crate::dataplane::store::Snapshot,
     cx: &Client<'_>,
 ) -> Prepared {
     // The head as `maxHeaderBytes` counts it: request line through the
@@ -515,7 +515,7 @@ impl Forward {
 async fn answer(
     client: &mut TcpStream,
     cx: &Client<'_>,
-    snap: &crate::control::store::Snapshot,
+    snap: &crate::dataplane::store::Snapshot,
     a: Answer,
     start: Instant,
 ) -> Next {

@@ -78,7 +78,7 @@ use super::spec::{Promotion, Strategy};
 use crate::clock::Clock;
 use crate::cluster::Ownership;
 use crate::config::CanaryConfig;
-use crate::control::store::TableStore;
+use crate::dataplane::store::TableStore;
 
 mod commit;
 mod fleet;

@@ -1,4 +1,5 @@
-//! PURE: the `cluster:` block, validated.
+//! PURE: the `cluster:` block, validated (the settings the `cluster` module
+//! runs with; here, below it, so that `config` imports nothing above itself).
 //!
 //! ```yaml
 //! cluster:
@@ -16,8 +17,36 @@
 
 use std::time::Duration;
 
-use super::assign::Algorithm;
-use crate::config::raw::{RawCluster, RawReplicas};
+use super::raw::{RawCluster, RawReplicas};
+
+/// How canaries are spread over shards (`cluster.algorithm`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Sorted canary names dealt to sorted shards in turn.
+    #[default]
+    RoundRobin,
+    /// Rendezvous hashing: minimal moves when a shard comes or goes.
+    Hash,
+}
+
+impl Algorithm {
+    /// The config spelling (`round-robin`, `hash`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::Hash => "hash",
+        }
+    }
+
+    /// Parses the config spelling.
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        match s {
+            "round-robin" => Some(Algorithm::RoundRobin),
+            "hash" => Some(Algorithm::Hash),
+            _ => None,
+        }
+    }
+}
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "/weir";
@@ -159,7 +188,7 @@ pub fn validate(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String
     };
     let heartbeat = match &raw.heartbeat {
         None => DEFAULT_HEARTBEAT,
-        Some(s) => match crate::config::parse_duration(s) {
+        Some(s) => match super::parse_duration(s) {
             Ok(d) if d < MIN_HEARTBEAT || d > MAX_HEARTBEAT => {
                 push(
                     "heartbeat",

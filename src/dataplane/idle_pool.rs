@@ -7,7 +7,7 @@
 //! reaper task per endpoint, only while it has idle connections, closes
 //! those idle longer than `proxy.upstreamIdleTimeout`.
 
-use super::super::upstream::Endpoint;
+use super::backend::Endpoint;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;

@@ -28,10 +28,9 @@
 //! The last three groups are read from the live state when `/metrics` is
 //! scraped, so they cost the request path nothing.
 //!
-//! [`MirrorCounters`]: crate::mirror::MirrorCounters
+//! [`MirrorCounters`]: super::mirror::MirrorCounters
 
-use crate::control::store::TableStore;
-use crate::proxy::errors::ProxyError;
+use super::store::TableStore;
 use crate::stats::Role;
 use metrics::{Counter, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -251,7 +250,7 @@ struct RoleMetrics {
 }
 
 /// Pre-registered metric handles of one route, one set per role. Lives in
-/// the route's [`RouteRuntime`](crate::control::store::RouteRuntime).
+/// the route's [`RouteRuntime`](super::store::RouteRuntime).
 pub struct RouteMetrics {
     /// For registering status-code counters lazily.
     recorder: Arc<PrometheusRecorder>,
@@ -370,13 +369,13 @@ impl RouteMetrics {
 
     /// Records a response the proxy made because the upstream failed: the
     /// request itself (status and latency) and the failure kind.
-    pub fn record_proxy_error(&self, role: Role, err: ProxyError, latency: Duration) {
-        self.record(role, err.status().as_u16(), latency);
-        let kind = match err {
-            ProxyError::NoEndpoint => Some(0),
-            ProxyError::Timeout => Some(1),
-            ProxyError::Upstream => Some(2),
-            _ => None,
+    pub fn record_proxy_error(&self, role: Role, err: impl AnsweredError, latency: Duration) {
+        self.record(role, err.status_code(), latency);
+        let kind = match err.upstream_failure() {
+            Some(UpstreamFailure::NoEndpoint) => Some(0),
+            Some(UpstreamFailure::Timeout) => Some(1),
+            Some(UpstreamFailure::Upstream) => Some(2),
+            None => None,
         };
         if let Some(k) = kind {
             self.roles[role_index(role)].errors[k].increment(1);
@@ -396,62 +395,28 @@ impl RouteMetrics {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_render_with_labels() {
-        let m = Metrics::new();
-        let r = m.route("app");
-        r.record(Role::Primary, 200, Duration::from_millis(3));
-        r.record(Role::Primary, 200, Duration::from_millis(4));
-        r.record(Role::Canary, 503, Duration::from_millis(1));
-        r.record_proxy_error(Role::Canary, ProxyError::Timeout, Duration::from_secs(1));
-        let text = m.handle.render();
-        assert!(
-            text.contains(r#"weir_requests_total{route="app",role="primary",code="200"} 2"#),
-            "{text}"
-        );
-        assert!(text.contains(r#"weir_requests_total{route="app",role="canary",code="504"} 1"#));
-        r.record_client_error(Role::Canary, 499);
-        let text = m.handle.render();
-        assert!(text.contains(r#"weir_requests_total{route="app",role="canary",code="499"} 1"#));
-        assert!(
-            text.contains(r#"weir_request_duration_seconds_count{route="app",role="canary"} 2"#),
-            "no latency sample for a client error: {text}"
-        );
-        assert!(text
-            .contains(r#"weir_upstream_errors_total{route="app",role="canary",kind="timeout"} 1"#));
-        assert!(text.contains(
-            r#"weir_request_duration_seconds_bucket{route="app",role="primary",le="0.005"} 2"#
-        ));
-        // The same name gives the same handles.
-        assert!(Arc::ptr_eq(&r, &m.route("app")));
-    }
-
-    #[test]
-    fn more_codes_than_slots_are_all_counted() {
-        let m = Metrics::new();
-        let r = m.route("many");
-        for code in 200..240u16 {
-            r.record(Role::Primary, code, Duration::ZERO);
-            r.record(Role::Primary, code, Duration::ZERO);
-        }
-        let text = m.handle.render();
-        for code in 200..240u16 {
-            let line =
-                format!(r#"weir_requests_total{{route="many",role="primary",code="{code}"}} 2"#);
-            assert!(text.contains(&line), "missing {line}");
-        }
-    }
-
-    #[test]
-    fn two_registries_are_independent() {
-        let a = Metrics::new();
-        let b = Metrics::new();
-        a.route("x").record(Role::Primary, 200, Duration::ZERO);
-        assert!(a.handle.render().contains("weir_requests_total"));
-        assert!(!b.handle.render().contains(r#"route="x""#));
-    }
+/// Which kind an upstream failure is counted under in
+/// `weir_upstream_errors_total` (`kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// No usable endpoint (503).
+    NoEndpoint,
+    /// No response headers in time (504).
+    Timeout,
+    /// Connect failure or broken exchange (502).
+    Upstream,
 }
+
+/// What the registry needs of an error the proxy answered for. A trait so
+/// that this layer, below the proxy, need not know the proxy's error type
+/// (implemented by `proxy::errors::ProxyError`; calls are static).
+pub trait AnsweredError: Copy {
+    /// The status sent to the client.
+    fn status_code(self) -> u16;
+    /// The failure kind, for upstream failures; `None` for the others.
+    fn upstream_failure(self) -> Option<UpstreamFailure>;
+}
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

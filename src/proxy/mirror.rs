@@ -11,55 +11,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
-/// Why a mirror copy was not sent (counted per route, exported as metrics).
-#[derive(Debug, Default)]
-pub struct MirrorCounters {
-    /// Copies started.
-    pub sent: AtomicU64,
-    /// Dropped because `maxInFlight` copies were already running.
-    pub dropped_busy: AtomicU64,
-    /// Not mirrored because the body was over `maxBodyBytes`.
-    pub dropped_too_large: AtomicU64,
-    /// Dropped because the client's body failed or was abandoned.
-    pub dropped_incomplete: AtomicU64,
-    /// Copies in flight now; compared with `maxInFlight`.
-    pub in_flight: AtomicUsize,
-}
-
-impl MirrorCounters {
-    /// Takes an in-flight slot if fewer than `max` are used.
-    pub fn try_acquire(self: &std::sync::Arc<Self>, max: usize) -> Option<InFlightSlot> {
-        let mut cur = self.in_flight.load(Ordering::Relaxed);
-        loop {
-            if cur >= max {
-                self.dropped_busy.fetch_add(1, Ordering::Relaxed);
-                return None;
-            }
-            match self.in_flight.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(InFlightSlot(self.clone())),
-                Err(now) => cur = now,
-            }
-        }
-    }
-}
-
-/// An in-flight mirror copy; released on drop.
-pub struct InFlightSlot(std::sync::Arc<MirrorCounters>);
-
-impl Drop for InFlightSlot {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+pub use crate::dataplane::mirror::{InFlightSlot, MirrorCounters};
 
 /// What the tee hands to the mirror task once the client's body is complete.
 pub enum TeeOutcome {
@@ -180,7 +136,7 @@ pub fn shadow_host(host: &str) -> String {
 /// mirror (no slot, too large, no canary) just returns the plain body.
 pub fn dispatch(
     shared: &std::sync::Arc<crate::proxy::service::ProxyShared>,
-    snap: &std::sync::Arc<crate::control::store::Snapshot>,
+    snap: &std::sync::Arc<crate::dataplane::store::Snapshot>,
     idx: usize,
     up: &mut http::Request<()>,
     body: Incoming,

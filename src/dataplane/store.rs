@@ -6,15 +6,14 @@
 //! loads one snapshot per request, so no request ever sees half a change.
 //! A rejected write leaves the running table and its version untouched.
 
-use crate::affinity::MIN_VALUE_LEN;
-use crate::config::raw::{RawAffinityState, RawRoute, RawTable};
+use super::backend::{Backend, BackendRegistry};
+use super::metrics::{Metrics, RouteMetrics};
+use super::mirror::MirrorCounters;
+use crate::config::affinity::fill_affinity_values;
+use crate::config::raw::{RawRoute, RawTable};
 use crate::config::{compile_table, ConfigError, TableSpec};
-use crate::metrics::{Metrics, RouteMetrics};
-use crate::mirror::MirrorCounters;
-use crate::proxy::upstream::{Backend, BackendRegistry};
 use crate::stats::RouteStats;
 use arc_swap::ArcSwap;
-use rand::Rng;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
@@ -258,73 +257,4 @@ impl TableStore {
 
 fn empty_spec() -> TableSpec {
     compile_table(&RawTable::default()).unwrap_or_else(|_| unreachable!("the empty table is valid"))
-}
-
-/// A random cookie value: 16 ASCII letters and digits (≥ MIN_VALUE_LEN).
-pub fn new_affinity_value(rng: &mut impl Rng) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    let len = MIN_VALUE_LEN.max(16);
-    (0..len)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// The cookie values after the weight moves from `old_weight` to
-/// `new_weight` (DESIGN §5): a run starts (0 → >0) with new canary and
-/// primary values and forgets the last run's; a step (a change between two
-/// non-zero weights) gets a new primary value; the run ends (>0 → 0)
-/// keeping its canary value as `previousCanaryValue`, expired on sight.
-/// The one rule shared by the table store and the rollout engine.
-pub fn advance_affinity_state(
-    state: &mut RawAffinityState,
-    old_weight: i64,
-    new_weight: i64,
-    rng: &mut impl Rng,
-) {
-    if old_weight == 0 && new_weight > 0 {
-        state.canary_value = Some(new_affinity_value(rng));
-        state.primary_value = Some(new_affinity_value(rng));
-        state.previous_canary_value = None;
-    } else if old_weight > 0 && new_weight > 0 && old_weight != new_weight {
-        state.primary_value = Some(new_affinity_value(rng));
-        if state.canary_value.is_none() {
-            state.canary_value = Some(new_affinity_value(rng));
-        }
-    } else if old_weight > 0 && new_weight == 0 {
-        if let Some(v) = state.canary_value.take() {
-            state.previous_canary_value = Some(v);
-        }
-        state.primary_value = None;
-    }
-}
-
-/// Fills in the cookie values of routes with session affinity when a write
-/// moves the weight and carries no values of its own (DESIGN §5):
-/// 0 → >0 starts a run (new canary and primary values, the last run's value
-/// forgotten); a weight change during the run starts a step (new primary
-/// value); >0 → 0 ends the run (canary value kept as `previous` so that its
-/// cookie is deleted on sight). A write that sets values itself (the engine
-/// driving a fleet) is left as it is.
-pub fn fill_affinity_values(old: &RawTable, new: &mut RawTable, rng: &mut impl Rng) {
-    for r in &mut new.routes {
-        if r.session_affinity.is_none() {
-            continue;
-        }
-        let prev = old.routes.iter().find(|o| o.name == r.name);
-        let old_weight = prev.and_then(|o| o.canary_weight).unwrap_or(0);
-        let old_state = prev
-            .and_then(|o| o.affinity_state.clone())
-            .unwrap_or_default();
-        let new_weight = r.canary_weight.unwrap_or(0);
-        let state = r
-            .affinity_state
-            .get_or_insert_with(RawAffinityState::default);
-        if *state != old_state {
-            continue;
-        }
-        advance_affinity_state(state, old_weight, new_weight, rng);
-        if *state == RawAffinityState::default() {
-            r.affinity_state = None;
-        }
-    }
 }

@@ -1,0 +1,169 @@
+//! The routes every weir serves whatever its features: the probes
+//! (`/healthz`, `/readyz`), `/metrics`, `/openapi.json` and the event
+//! stream `/api/v1/events`.
+
+use super::api::{full, json_response, raw_json, ApiResponse, ApiState, ReadinessCheck, RouteDef};
+use super::api::{OPENAPI_JSON, SSE_KEEPALIVE};
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{Method, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// The core routes, first in the table.
+pub static ROUTES: &[RouteDef] = &[
+    RouteDef {
+        method: Method::GET,
+        path: "/healthz",
+        auth: false,
+        handler: |_, _| {
+            Box::pin(async {
+                Ok(json_response(
+                    StatusCode::OK,
+                    &serde_json::json!({"status": "ok"}),
+                ))
+            })
+        },
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/readyz",
+        auth: false,
+        handler: |s, _| Box::pin(async move { Ok(readyz(&s)) }),
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/metrics",
+        auth: true,
+        handler: |s, _| Box::pin(async move { Ok(metrics(&s)) }),
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/openapi.json",
+        auth: true,
+        handler: |_, _| {
+            Box::pin(async {
+                Ok(raw_json(
+                    StatusCode::OK,
+                    Bytes::from_static(OPENAPI_JSON.as_bytes()),
+                ))
+            })
+        },
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/api/v1/events",
+        auth: true,
+        handler: |s, _| Box::pin(async move { Ok(events(&s)) }),
+    },
+];
+
+fn readyz(s: &ApiState) -> ApiResponse {
+    // In a fleet, a replica without a valid etcd lease drives nothing: not ready
+    // (it still proxies).
+    if let Some(reason) = s.ext.get::<ReadinessCheck>().and_then(|c| (c.0)(s)) {
+        if s.ready.load(Ordering::Acquire) {
+            return json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &serde_json::json!({"status": "no-lease", "reason": reason}),
+            );
+        }
+    }
+    if s.ready.load(Ordering::Acquire) {
+        json_response(
+            StatusCode::OK,
+            &serde_json::json!({"status": "ready", "tableVersion": s.store.load().version}),
+        )
+    } else {
+        let status = if *s.shutdown.borrow() {
+            "draining"
+        } else {
+            "starting"
+        };
+        json_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &serde_json::json!({ "status": status }),
+        )
+    }
+}
+
+fn metrics(s: &ApiState) -> ApiResponse {
+    let text = s.metrics.render(&s.store);
+    let mut r = Response::new(full(text));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    r
+}
+
+/// A body fed by a channel (the SSE stream); ends when the sender is gone.
+struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn events(s: &ApiState) -> ApiResponse {
+    // Subscribe before answering so that nothing published after the client
+    // has seen the response head is missed.
+    let mut rx = s.events.subscribe();
+    let mut shutdown = s.shutdown.clone();
+    let (tx, body_rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        // A stream opened while draining ends at once.
+        if *shutdown.borrow_and_update() {
+            return;
+        }
+        if tx
+            .send(Bytes::from_static(b"retry: 2000\n: connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut keepalive = tokio::time::interval(SSE_KEEPALIVE);
+        keepalive.tick().await;
+        loop {
+            let chunk = tokio::select! {
+                ev = rx.recv() => match ev {
+                    Ok(e) => Bytes::from(e.to_sse()),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Bytes::from(format!(
+                        "event: lagged\ndata: {{\"missed\":{n}}}\n\n"
+                    )),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keepalive\n\n"),
+                _ = shutdown.changed() => break,
+                _ = tx.closed() => break,
+            };
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Response::new(ChannelBody { rx: body_rx }.boxed());
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}

@@ -1,0 +1,301 @@
+//! Serving the admin API: the listener loop, path matching, authentication
+//! and the capped body read, then the matched handler.
+
+use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use super::api::{HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS};
+use super::auth::{self, AuthResult};
+use bytes::Bytes;
+use http::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+/// Serves the admin API on `listener` until `shutdown` turns true, then
+/// waits up to `drain` for open requests (SSE streams end on shutdown).
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<ApiState>,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(target: "weir::admin", error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let st = state.clone();
+                let svc = service_fn(move |req| handle(st.clone(), peer, req));
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    if let Err(e) = conn.await {
+                        tracing::debug!(target: "weir::admin", %peer, error = %e, "admin connection ended with error");
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "weir::admin", ?drain, "admin drain timeout reached");
+    }
+}
+
+/// Splits a path into its non-empty segments.
+fn segments(path: &str) -> Vec<&str> {
+    path.split('/').filter(|s| !s.is_empty()).collect()
+}
+
+/// Matches `segs` against a template; returns the captured parameters.
+pub fn match_template(template: &str, segs: &[&str]) -> Option<Vec<(String, String)>> {
+    let tsegs = segments(template);
+    if tsegs.len() != segs.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (t, s) in tsegs.iter().zip(segs) {
+        if let Some(name) = t.strip_prefix('{').and_then(|n| n.strip_suffix('}')) {
+            params.push((name.to_string(), percent_decode(s)));
+        } else if t != s {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+/// Percent-decodes one path segment (invalid escapes are kept as written).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The hyper service: every request of the admin listener. Never fails.
+pub async fn handle(
+    state: Arc<ApiState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<ApiResponse, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let resp = match dispatch(state, peer, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    tracing::debug!(target: "weir::admin", %peer, %method, path, status = resp.status().as_u16(), "admin request");
+    Ok(resp)
+}
+
+async fn dispatch(
+    state: Arc<ApiState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<ApiResponse, ApiError> {
+    let path = req.uri().path().to_string();
+    let segs = segments(&path);
+    let mut matched: Option<(&'static RouteDef, Vec<(String, String)>)> = None;
+    let mut allowed: Vec<&'static str> = Vec::new();
+    let mut needs_auth = true;
+    for &def in &state.routes {
+        if let Some(params) = match_template(def.path, &segs) {
+            allowed.push(def.method.as_str());
+            if def.method == req.method() {
+                needs_auth = def.auth;
+                matched = Some((def, params));
+            }
+        }
+    }
+    // Authenticate before telling anything about paths.
+    if needs_auth {
+        match auth::check(state.token.as_deref(), req.headers()) {
+            AuthResult::Allowed => {}
+            r => {
+                let reason = if r == AuthResult::Missing {
+                    "missing bearer token (Authorization: Bearer <token>)"
+                } else {
+                    "wrong bearer token"
+                };
+                let mut e = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", None, reason);
+                e.headers.push((
+                    http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"weir\""),
+                ));
+                return Err(e);
+            }
+        }
+    }
+    let Some((def, params)) = matched else {
+        if allowed.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                None,
+                format!("no endpoint {path}"),
+            ));
+        }
+        let mut e = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            None,
+            format!("{} is not served on {path}", req.method()),
+        );
+        if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+            e.headers.push((ALLOW, v));
+        }
+        return Err(e);
+    };
+    let (parts, body) = req.into_parts();
+    let is_write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let body = if is_write {
+        read_write_body(&parts.method, &parts.headers, body).await?
+    } else {
+        Bytes::new()
+    };
+    let api_req = ApiRequest {
+        method: parts.method,
+        params,
+        query: parts.uri.query().map(str::to_string),
+        headers: parts.headers,
+        body,
+        peer,
+    };
+    (def.handler)(state, api_req).await
+}
+
+/// Checks the media type and reads a write's body, capped.
+async fn read_write_body(
+    method: &Method,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            None,
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let media = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let json_ok = |m: &str| {
+        m == "application/json" || (*method == Method::PATCH && m == "application/merge-patch+json")
+    };
+    let unsupported = |m: Option<&str>| {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            Some("Content-Type"),
+            format!(
+                "writes take application/json (got {})",
+                m.unwrap_or("no Content-Type")
+            ),
+        )
+    };
+    match media.as_deref() {
+        Some(m) if !json_ok(m) => return Err(unsupported(Some(m))),
+        None if matches!(*method, Method::PUT | Method::PATCH) => return Err(unsupported(None)),
+        _ => {}
+    }
+    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad-request",
+                None,
+                "the request body could not be read",
+            ))
+        }
+    };
+    if media.is_none() && !bytes.is_empty() {
+        return Err(unsupported(None));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_and_capture() {
+        let segs = segments("/api/v1/routes/my%2Droute");
+        let p = match_template("/api/v1/routes/{name}", &segs).unwrap();
+        assert_eq!(p, vec![("name".to_string(), "my-route".to_string())]);
+        assert!(match_template("/api/v1/table", &segs).is_none());
+        assert_eq!(
+            match_template("/healthz", &segments("/healthz/")),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn percent_decoding_keeps_bad_escapes() {
+        assert_eq!(percent_decode("a%41b"), "aAb");
+        assert_eq!(percent_decode("a%4"), "a%4");
+        assert_eq!(percent_decode("%zz%"), "%zz%");
+    }
+}

@@ -1,0 +1,20 @@
+//! Data-plane runtime state: what the proxy reads on every request and the
+//! control plane writes, kept below both so neither imports the other.
+//!
+//! - [`store`]: the one `ArcSwap` table ([`store::TableStore`]) with its
+//!   [`store::Snapshot`] and per-route [`store::RouteRuntime`] handles; every
+//!   write is validated and swapped whole (the write lock and the swap are one
+//!   invariant, so they stay together).
+//! - [`backend`]: backends and endpoints by name, kept across swaps.
+//! - [`idle_pool`]: the fast path's idle upstream connections, per endpoint.
+//! - [`mirror`]: per-route mirror counters and in-flight cap.
+//! - [`metrics`]: the per-app Prometheus registry and its per-route handles.
+//!
+//! Layering: imports `config`, `stats` and the endpoint state machine of
+//! `endpoints`; `proxy` and `control` build on it.
+
+pub mod backend;
+pub mod idle_pool;
+pub mod metrics;
+pub mod mirror;
+pub mod store;
