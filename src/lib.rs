@@ -12,9 +12,13 @@
 //! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).
 //! - [`dataplane`]: data-plane runtime state: the table store (one `ArcSwap`) with its snapshot and
 //!   per-route handles, backends and endpoints, mirror counters, the Prometheus registry.
-//! - [`proxy`]: the data plane: listeners, request path, upstream client, errors, mirroring.
+//! - [`proxy`]: the data plane: listeners, the request core (`proxy::phases`) and its two transports: the HTTP/1
+//!   fast path (`proxy::express`, clear-text HTTP/1.1 as bytes), which hands a connection it does not serve to
+//!   the hyper path (`proxy::service`, also HTTP/2 and TLS) through `proxy::server`; upstream clients, errors,
+//!   mirroring.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
 //! - [`clock`]: the time the long-running drivers read and wait on (system, or tokio's paused time in tests).
+//! - [`wire`]: the admin API's JSON documents as types (Serialize + Deserialize), shared by the server and its clients.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
 //!   OpenAPI), its core routes and the event bus.
@@ -60,3 +64,4 @@ pub mod rollout;
 pub mod routing;
 pub mod stats;
 pub mod table_api;
+pub mod wire;

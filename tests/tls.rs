@@ -405,3 +405,65 @@ routes:
     assert_eq!(ask("/wrong").await.status, 502);
     assert_eq!(ask("/public").await.status, 502);
 }
+
+/// A `tracing` writer into a shared buffer (the access log as text).
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A backend whose CA file is gone by the time a request needs a TLS
+/// client: the 502 is still counted and logged like every other answer.
+/// The runtime is the test's one thread, so the thread's subscriber sees
+/// every event of the app, and the line is written before the answer is sent.
+#[tokio::test]
+async fn a_tls_client_that_cannot_be_built_is_a_logged_502_on_both_paths() {
+    for fast in [true, false] {
+        let ca = Ca::new();
+        let dir = TempDir::new("tls-gone-ca");
+        let ca_file = dir.write("ca.pem", &ca.pem());
+        let backend = tls_backend(&ca, &["backend.test"]).await;
+        let yaml = one_route(
+            backend,
+            "    tls: { caFile: ca.pem, serverName: backend.test }\n",
+            &format!("  accessLog: true\n  http1FastPath: {fast}\n"),
+        );
+        let app = start_in(&yaml, &dir.0).await;
+        std::fs::remove_file(&ca_file).unwrap();
+        let log = Captured::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer({
+                let log = log.clone();
+                move || log.clone()
+            })
+            .with_ansi(false)
+            .with_env_filter("weir::access=info")
+            .finish();
+        let _on = tracing::subscriber::set_default(sub);
+        let stream = TcpStream::connect(app.proxy_addr()).await.unwrap();
+        let mut s = h1(stream).await;
+        let a = read_answer(s.send_request(get_req("app.test", "/x")).await.unwrap()).await;
+        assert_eq!(a.status, 502, "fast={fast}: {}", a.text());
+        assert!(a.text().contains("cannot set up TLS"), "{}", a.text());
+        let text = log.text();
+        let line = text.lines().find(|l| l.contains("request"));
+        assert!(
+            line.is_some_and(|l| l.contains("status=502") && l.contains("route=\"app\"")),
+            "fast={fast}: no access line for the 502 in:\n{text}"
+        );
+    }
+}

@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::Cluster;
 use crate::control::api::{json_response, ApiState, RouteDef};
+use crate::wire::cluster::ClusterDoc;
+use serde::Deserialize;
 
 /// The cluster routes of the admin API.
 pub static ROUTES: &[RouteDef] = &[RouteDef {
@@ -21,7 +23,7 @@ pub static ROUTES: &[RouteDef] = &[RouteDef {
 
 fn get(s: &ApiState) -> crate::control::api::ApiResponse {
     match s.ext.get::<Cluster>() {
-        None => json_response(StatusCode::OK, &serde_json::json!({"enabled": false})),
+        None => json_response(StatusCode::OK, &ClusterDoc::Disabled),
         Some(c) => {
             let mut v = serde_json::to_value(c.status()).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
@@ -60,23 +62,27 @@ fn age(now_ms: u64, then_ms: u64) -> String {
     }
 }
 
-fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("")
+/// Renders a `GET /api/v1/cluster` answer for people (`now_ms`: the local clock, for
+/// heartbeat ages); a document that is not a [`ClusterDoc`] renders as the error
+/// naming the field, never as a partial view.
+pub fn render(doc: &Value, now_ms: u64) -> String {
+    match ClusterDoc::deserialize(doc) {
+        Ok(doc) => render_doc(&doc, now_ms),
+        Err(e) => format!("error: unexpected cluster document: {e}\n"),
+    }
 }
 
-/// Renders a `GET /api/v1/cluster` document for people (`now_ms`: the local clock,
-/// for heartbeat ages).
-pub fn render(doc: &Value, now_ms: u64) -> String {
-    if doc.get("enabled").and_then(Value::as_bool) == Some(false) {
+/// [`render`] of a parsed document.
+pub fn render_doc(doc: &ClusterDoc, now_ms: u64) -> String {
+    let ClusterDoc::Enabled(doc) = doc else {
         return "cluster: not configured (single-replica mode)\n".into();
-    }
+    };
     let mut out = String::new();
-    let ready = doc.get("ready").and_then(Value::as_bool).unwrap_or(false);
     out.push_str(&format!(
         "replica {} ({})  {}\n",
-        s(doc, "replica"),
-        s(doc, "apiUrl"),
-        if ready {
+        doc.replica,
+        doc.api_url,
+        if doc.ready {
             "lease valid"
         } else {
             "NO VALID LEASE: drives nothing"
@@ -84,112 +90,61 @@ pub fn render(doc: &Value, now_ms: u64) -> String {
     ));
     out.push_str(&format!(
         "etcd {}  prefix {}  replicas {}  algorithm {}  heartbeat {}ms  lease TTL {}s  revision {}\n",
-        doc.get("etcd")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
-            .unwrap_or_default(),
-        s(doc, "prefix"),
-        s(doc, "replicas"),
-        s(doc, "algorithm"),
-        doc.get("heartbeatMs").and_then(Value::as_u64).unwrap_or(0),
-        doc.get("leaseTtlSecs").and_then(Value::as_i64).unwrap_or(0),
-        doc.get("revision").and_then(Value::as_i64).unwrap_or(0),
+        doc.etcd.join(","),
+        doc.prefix,
+        doc.replicas,
+        doc.algorithm,
+        doc.heartbeat_ms,
+        doc.lease_ttl_secs,
+        doc.revision,
     ));
-    if let Some(e) = doc.get("etcdError").and_then(Value::as_str) {
+    if let Some(e) = &doc.etcd_error {
         out.push_str(&format!("etcd error: {e}\n"));
     }
     out.push_str("\nREPLICA                  SHARDS   HEARTBEAT     API\n");
-    for m in doc
-        .get("members")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let shards: Vec<String> = m
-            .get("shards")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_u64)
-            .map(|n| n.to_string())
-            .collect();
+    for m in &doc.members {
+        let shards: Vec<String> = m.shards.iter().map(u32::to_string).collect();
         out.push_str(&format!(
             "{:<24} {:<8} {:<13} {}\n",
-            s(m, "name"),
+            m.name,
             if shards.is_empty() {
                 "standby".into()
             } else {
                 shards.join(",")
             },
-            age(
-                now_ms,
-                m.get("heartbeatMs").and_then(Value::as_u64).unwrap_or(0)
-            ),
-            s(m, "apiUrl"),
+            age(now_ms, m.heartbeat_ms),
+            m.api_url,
         ));
     }
     out.push_str("\nSHARD  HOLDER                   HEARTBEAT     CANARIES\n");
-    for sh in doc
-        .get("shards")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let canaries: Vec<&str> = sh
-            .get("canaries")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+    for sh in &doc.shards {
         out.push_str(&format!(
             "{:<6} {:<24} {:<13} {}\n",
-            sh.get("shard").and_then(Value::as_u64).unwrap_or(0),
-            sh.get("replica")
-                .and_then(Value::as_str)
-                .unwrap_or("(free)"),
-            age(
-                now_ms,
-                sh.get("heartbeatMs").and_then(Value::as_u64).unwrap_or(0)
-            ),
-            if canaries.is_empty() {
+            sh.shard,
+            sh.replica.as_deref().unwrap_or("(free)"),
+            age(now_ms, sh.heartbeat_ms.unwrap_or(0)),
+            if sh.canaries.is_empty() {
                 "-".into()
             } else {
-                canaries.join(",")
+                sh.canaries.join(",")
             },
         ));
     }
     out.push_str("\nCANARY                   SHARD  OWNER\n");
-    for c in doc
-        .get("canaries")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for c in &doc.canaries {
         out.push_str(&format!(
             "{:<24} {:<6} {}\n",
-            s(c, "canary"),
-            c.get("shard")
-                .and_then(Value::as_u64)
-                .map_or("-".into(), |n| n.to_string()),
-            c.get("owner")
-                .and_then(Value::as_str)
-                .unwrap_or("(none: waiting)"),
+            c.canary,
+            c.shard.map_or("-".into(), |n| n.to_string()),
+            c.owner.as_deref().unwrap_or("(none: waiting)"),
         ));
     }
-    let owned: Vec<&str> = doc
-        .get("owned")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
     out.push_str(&format!(
         "\nthis replica drives: {}\n",
-        if owned.is_empty() {
+        if doc.owned.is_empty() {
             "nothing".into()
         } else {
-            owned.join(", ")
+            doc.owned.join(", ")
         }
     ));
     out
@@ -211,7 +166,7 @@ mod tests {
                        {"shard": 1, "replica": null, "heartbeatMs": null, "canaries": []}],
             "canaries": [{"canary": "app", "shard": 0, "owner": "a"},
                          {"canary": "web", "shard": null, "owner": null}],
-            "owned": ["app"]
+            "owned": ["app"], "events": []
         });
         let text = render(&doc, 10_000);
         assert!(
@@ -244,11 +199,29 @@ mod tests {
             render(&serde_json::json!({"enabled": false}), 0),
             "cluster: not configured (single-replica mode)\n"
         );
-        let down = serde_json::json!({"enabled": true, "replica": "a", "ready": false, "etcdError": "etcd unavailable: x"});
+        let down = serde_json::json!({"enabled": true, "replica": "a", "ready": false, "etcdError": "etcd unavailable: x",
+            "apiUrl": "http://a:9901", "etcd": ["http://e:2379"], "prefix": "/weir", "replicas": "auto",
+            "algorithm": "hash", "heartbeatMs": 500, "leaseTtlSecs": 2, "lease": null, "revision": 0,
+            "members": [], "shards": [], "canaries": [], "owned": [], "events": []});
         let text = render(&down, 0);
         assert!(
             text.contains("NO VALID LEASE") && text.contains("etcd error: etcd unavailable: x")
         );
         assert!(text.contains("this replica drives: nothing"));
+    }
+
+    /// A document missing a field renders as the error naming it, not as a view
+    /// with blanks (which would read as "no members, nothing owned").
+    #[test]
+    fn a_partial_document_renders_as_an_error() {
+        let text = render(
+            &serde_json::json!({"enabled": true, "replica": "a", "ready": true}),
+            0,
+        );
+        assert!(
+            text.starts_with("error: unexpected cluster document: missing field"),
+            "{text}"
+        );
+        assert!(!text.contains("lease valid"), "{text}");
     }
 }

@@ -22,9 +22,11 @@ mod validate;
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};
 pub use locate::Locations;
 pub use validate::{
-    compile_table, AdminConfig, BackendSpec, CanaryConfig, CertFiles, Config, HealthSettings,
-    IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, OutlierSettings, ProxySettings,
-    RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol, UpstreamTls,
+    canary_defaults, compile_table, AdminConfig, BackendSpec, CanaryAnalysis, CanaryConfig,
+    CanaryMatches, CanaryMetric, CanaryWebhook, CertFiles, Config, HealthSettings, HookKind,
+    IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, MetricKind, OutlierSettings,
+    Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
+    UpstreamTls,
 };
 
 use std::fmt;

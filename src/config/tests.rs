@@ -258,3 +258,82 @@ fn step_fields_that_flaggers_crd_refuses_together_are_errors() {
         );
     }
 }
+
+/// Every hook type is named the same in the config, in error messages and on the wire
+/// (webhook payloads, state files), so the one enum is the one list.
+#[test]
+fn hook_kind_names_are_their_serde_names() {
+    for k in HookKind::ALL {
+        assert_eq!(
+            serde_json::to_value(k).unwrap(),
+            serde_json::Value::String(k.name().into())
+        );
+        assert_eq!(HookKind::parse(k.name()), Some(k));
+    }
+    assert_eq!(HookKind::parse("Rollout"), None);
+    let e = errors(&with_canary(
+        "      stepWeight: 10\n      webhooks: [{ name: h, type: nope, url: \"http://127.0.0.1:1/\" }]\n",
+    ));
+    let found = e
+        .errors
+        .iter()
+        .find(|x| x.path == "canaries[0].analysis.webhooks[0].type")
+        .unwrap_or_else(|| panic!("no error at the type:\n{e}"));
+    for k in HookKind::ALL {
+        assert!(found.reason.contains(k.name()), "{}", found.reason);
+    }
+}
+
+/// A validated canary is typed: durations parsed, kinds resolved, matches compiled,
+/// so nothing downstream reads the raw strings again.
+#[test]
+fn a_validated_canary_is_typed() {
+    let c = parse_yaml(
+        &with_canary(
+            r#"      iterations: 3
+      match: [{ headers: { x-canary: { exact: insider } } }]
+      metrics:
+        - { name: request-success-rate, thresholdRange: { min: 99 } }
+        - { name: request-duration, thresholdRange: { max: 500 }, interval: 30s }
+        - name: request-success-rate-custom
+          thresholdRange: { max: 1 }
+          query: up
+          prometheusUrl: http://127.0.0.1:9090/
+      webhooks:
+        - { name: gate, type: confirm-promotion, url: "http://127.0.0.1:1/", timeout: 2s, retries: 3 }
+"#,
+        )
+        .replace("  - name: c\n", "  - name: c\n    progressDeadline: 5m\n"),
+        "t.yaml",
+        Path::new("."),
+    );
+    let e = c.as_ref().err().map(ToString::to_string);
+    assert!(e.is_none(), "{e:?}");
+    let c = &c.unwrap().canaries[0];
+    assert_eq!(c.progress_deadline, std::time::Duration::from_secs(300));
+    assert_eq!(c.promotion, Promotion::Swap);
+    let a = &c.analysis;
+    assert_eq!((a.iterations, a.threshold, a.max_weight), (3, 5, 0));
+    assert_eq!((a.matches.raw.len(), a.matches.rules.len()), (1, 1));
+    let kinds: Vec<_> = a.metrics.iter().map(|m| m.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            MetricKind::SuccessRate,
+            MetricKind::Duration,
+            MetricKind::Prometheus {
+                url: "http://127.0.0.1:9090".into(),
+                query: "up".into()
+            }
+        ],
+        "the kind comes from the name or the query, never a fallback"
+    );
+    assert_eq!(a.metrics[0].interval, c.interval);
+    assert_eq!(a.metrics[1].interval, std::time::Duration::from_secs(30));
+    let w = &a.webhooks[0];
+    assert_eq!(w.kind, HookKind::ConfirmPromotion);
+    assert_eq!(
+        (w.timeout, w.retries),
+        (std::time::Duration::from_secs(2), 3)
+    );
+}

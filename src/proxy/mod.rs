@@ -1,11 +1,21 @@
 //! The data plane: accept connections, route every request by one table
 //! snapshot, forward it upstream with streaming bodies, answer the client.
 //!
-//! Phases of a request, in order (see `service`): snapshot → route →
-//! decide → upstream request → response → record. Decisions are delegated to
-//! the pure `routing` module; this module does the IO. It must never panic
-//! on client or upstream input, never buffer a body whole (except a capped
-//! copy for mirroring), and never let a slow mirror touch the primary path.
+//! One request core, two transports. The phases of a request (route →
+//! admit → decide → forward → respond → record) are the plain functions of
+//! [`phases`], with the header rules of [`headers`]; decisions come from
+//! the pure `routing` module. Two transports call them:
+//! - the HTTP/1 fast path, [`express`]: every clear-text connection starts
+//!   there (with `proxy.http1FastPath: true`, the default) and is read and
+//!   written as bytes. A request it does not serve (`phases::needs_general_path`
+//!   and `express::head::analyze_request` list which) ends it with an
+//!   `express::Handoff`, which [`server`] gives to hyper at that request;
+//! - the hyper path, [`service`]: HTTP/2, TLS, `http1FastPath: false`, and
+//!   every connection handed off.
+//!
+//! It must never panic on client or upstream input, never buffer a body
+//! whole (except a capped copy for mirroring), and never let a slow mirror
+//! touch the primary path.
 
 /// `AsyncWrite` for a wrapper `$ty<IO>` whose writes all go, unchanged, to
 /// its field `io` (the wrappers that only look at what is read).
@@ -54,8 +64,10 @@ pub mod client;
 pub mod errors;
 pub mod express;
 pub mod grpc;
+pub mod headers;
 pub mod limits;
 pub mod mirror;
+pub mod phases;
 pub mod server;
 pub mod service;
 pub mod smuggle;
@@ -64,152 +76,6 @@ pub mod upgrade;
 pub mod upload;
 pub mod upstream;
 
-use http::header::{HeaderMap, HeaderName, CONNECTION, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
-
-pub use crate::headers::is_hop_by_hop;
-use crate::headers::{KEEP_ALIVE, PROXY_CONNECTION};
-
-/// Whether a header the proxy depends on is named: one that `Connection`
-/// can never make hop-by-hop (the class of CVE-2022-31813). Host routes the
-/// request and names the origin; Content-Length frames a message (a listed
-/// Transfer-Encoding is stripped anyway and the body re-framed); weir sets
-/// the X-Forwarded-* headers itself. Case-insensitive, as names arrive from
-/// `Connection` values and from `httparse` in any case.
-pub fn is_protected(name: &str) -> bool {
-    let n = name.as_bytes();
-    let eq = |s: &str| n.eq_ignore_ascii_case(s.as_bytes());
-    match n.len() {
-        4 => eq("host"),
-        14 => eq("content-length"),
-        15 => eq("x-forwarded-for"),
-        16 => eq("x-forwarded-host"),
-        17 => eq("x-forwarded-proto"),
-        _ => false,
-    }
-}
-
-/// Whether `name` is one of weir's own headers (`x-weir-` prefix, any
-/// case), which only weir may set on a request it forwards.
-pub fn is_weir_header(name: &str) -> bool {
-    name.len() >= 7 && name.as_bytes()[..7].eq_ignore_ascii_case(b"x-weir-")
-}
-
-/// Removes every `x-weir-*` header a client sent. One pass over the names
-/// first (a prefix compare each); most requests carry none.
-pub fn strip_weir_headers(headers: &mut HeaderMap) {
-    if !headers.keys().any(|n| is_weir_header(n.as_str())) {
-        return;
-    }
-    let forged: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| is_weir_header(n.as_str()))
-        .cloned()
-        .collect();
-    for n in forged {
-        headers.remove(n);
-    }
-}
-
-/// Removes the hop-by-hop headers and every header named in `Connection`
-/// except the protected ones ([`is_protected`]). One pass over the names
-/// first: most messages carry none, and then nothing is hashed or removed.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderName> = headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .filter(|n| !is_protected(n))
-            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
-            .collect();
-        for n in listed {
-            headers.remove(n);
-        }
-    }
-    for n in [
-        &CONNECTION,
-        &TE,
-        &TRAILER,
-        &TRANSFER_ENCODING,
-        &UPGRADE,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-    ] {
-        headers.remove(n);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn strips_fixed_and_listed_headers() {
-        let mut h = HeaderMap::new();
-        h.insert("connection", "keep-alive, X-Secret".parse().unwrap());
-        h.insert("keep-alive", "timeout=5".parse().unwrap());
-        h.insert("x-secret", "1".parse().unwrap());
-        h.insert("te", "gzip".parse().unwrap());
-        h.insert("upgrade", "h2c".parse().unwrap());
-        h.insert("x-keep", "1".parse().unwrap());
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key("x-keep"));
-        // Listing a header the proxy depends on does not remove it.
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            "close, Host, content-length, X-Forwarded-For, x-forwarded-proto, x-forwarded-host"
-                .parse()
-                .unwrap(),
-        );
-        for n in [
-            "host",
-            "content-length",
-            "x-forwarded-for",
-            "x-forwarded-proto",
-            "x-forwarded-host",
-        ] {
-            h.insert(HeaderName::from_static(n), "1".parse().unwrap());
-        }
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 5, "{h:?}");
-        // Each fixed name alone is found by the first pass.
-        for n in [
-            "connection",
-            "keep-alive",
-            "proxy-connection",
-            "te",
-            "trailer",
-            "transfer-encoding",
-            "upgrade",
-        ] {
-            let mut h = HeaderMap::new();
-            h.insert(HeaderName::from_static(n), "x".parse().unwrap());
-            h.insert("x-keep", "1".parse().unwrap());
-            strip_hop_by_hop(&mut h);
-            assert_eq!(h.len(), 1, "{n} not stripped");
-        }
-    }
-
-    #[test]
-    fn strips_weir_headers_in_any_case_and_nothing_else() {
-        let mut h = HeaderMap::new();
-        h.insert("x-weir-mirror", "1".parse().unwrap());
-        h.insert("x-weir-attempt", "2".parse().unwrap());
-        h.insert("x-weirdo", "kept".parse().unwrap());
-        h.insert("x-weir", "kept".parse().unwrap());
-        strip_weir_headers(&mut h);
-        let mut left: Vec<&str> = h.keys().map(|n| n.as_str()).collect();
-        left.sort();
-        assert_eq!(left, ["x-weir", "x-weirdo"]);
-        assert!(is_weir_header("X-Weir-Mirror"));
-        assert!(is_weir_header("x-weir-"));
-        assert!(!is_weir_header("x-wei"));
-    }
-}
+pub use headers::{
+    is_hop_by_hop, is_protected, is_weir_header, strip_hop_by_hop, strip_weir_headers,
+};

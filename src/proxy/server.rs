@@ -105,11 +105,11 @@ pub async fn serve(
         };
         // Each kind spawned as its own task, not awaited inside a common async
         // fn: an awaited future is laid out twice in its caller's state, and a
-        // plain connection must not carry the TLS one's size (issue 8: memory
-        // per idle connection).
+        // plain connection must not carry the TLS one's size (memory per idle
+        // connection).
         match &tls {
             None if shared.settings.http1_fast_path => {
-                tokio::spawn(super::express::connection(stream, conn));
+                tokio::spawn(fast_connection(stream, conn));
             }
             None => {
                 let s = &shared.settings;
@@ -135,18 +135,31 @@ pub async fn serve(
 }
 
 /// What every connection task holds besides its stream.
-pub(super) struct Conn {
-    pub(super) peer: SocketAddr,
-    pub(super) guard: Arc<ConnGuard>,
-    pub(super) shared: Arc<ProxyShared>,
+struct Conn {
+    peer: SocketAddr,
+    guard: Arc<ConnGuard>,
+    shared: Arc<ProxyShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     /// Held for the life of the connection: a graceful shutdown waits for it.
     watcher: Watcher,
     /// Turns true when a graceful shutdown begins (the fast path's signal;
     /// hyper gets it through `watcher`).
-    pub(super) shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     /// The `max_connections` slot, released when the task ends.
     _permit: OwnedSemaphorePermit,
+}
+
+/// A plain connection on the HTTP/1 fast path; one it hands back (a request
+/// it does not serve, see `express`) is served by hyper from that request on.
+async fn fast_connection(stream: TcpStream, conn: Conn) {
+    let handed = super::express::connection(stream, conn.peer, &conn.shared, &conn.shutdown).await;
+    let Some(h) = handed else { return };
+    let head_by = h.head_by;
+    let s = &conn.shared.settings;
+    let tracker = Tracker::new(s.max_header_bytes, s.max_headers);
+    let io = Sniffed::new(h.into_io(), tracker, conn.guard.clone());
+    // Boxed: awaited inline, hyper's connection would size every fast one.
+    Box::pin(run(io, false, conn, head_by)).await
 }
 
 /// A TLS connection: the handshake, then HTTP.
@@ -181,12 +194,8 @@ async fn tls_connection(stream: TcpStream, t: Arc<Terminator>, conn: Conn) {
 /// header read timeout from now); a connection the fast path hands over in
 /// the middle of a head passes what is left of its bound, since hyper's own
 /// timer would start again from the hand-off.
-pub(super) async fn run<IO>(
-    io: IO,
-    tls: bool,
-    c: Conn,
-    first_request_by: Option<tokio::time::Instant>,
-) where
+async fn run<IO>(io: IO, tls: bool, c: Conn, first_request_by: Option<tokio::time::Instant>)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let Conn {

@@ -1,31 +1,39 @@
-//! The per-request path, as plain functions in phase order:
-//! snapshot → route → decide → upstream request → response → record.
+//! The hyper transport: one request as hyper types, in phase order
+//! (snapshot → admit → route → decide → upstream request → response →
+//! record). What is decided, counted and logged comes from `phases`, as on
+//! the fast path; this file keeps what only hyper has: admission of what
+//! hyper parsed, upgrades, request bodies, gRPC trailers, the 499 of a
+//! request whose client went away. The upstream request is built in `request`.
 
 use super::body::ProxyBody;
 use super::errors::ProxyError;
+use super::phases::{
+    self, choose_side, feed_outlier, find_route, pick_endpoint, record_answer, record_client_error,
+    AccessLine, Refusal, UpstreamFailure,
+};
 use super::smuggle::ConnGuard;
+use super::strip_hop_by_hop;
 use super::upload::{self, ClientFault, Limits, Upload, Waited, Watched};
 use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
-use super::{strip_hop_by_hop, strip_weir_headers};
 use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::dataplane::store::{RouteRuntime, Snapshot, TableStore};
-use crate::routing::{decide, normalize_host, Draw, RequestView, Route, Side};
+use crate::routing::{decide, normalize_host, Draw, RequestView, Route};
 use crate::stats::Role;
 use http::header::{
-    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TE, TRANSFER_ENCODING, UPGRADE,
+    HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use rand::rngs::SmallRng;
-use rand::{RngCore, SeedableRng};
-use std::cell::RefCell;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
+
+mod request;
+use request::{copy_head, upstream_request, Target};
 
 /// Everything the request path shares, built once at start.
 pub struct ProxyShared {
@@ -58,19 +66,8 @@ pub struct ConnInfo {
     pub guard: Option<Arc<ConnGuard>>,
 }
 
-thread_local! {
-    /// A fast per-thread RNG for weighted draws (Xoshiro; not for secrets).
-    static RNG: RefCell<SmallRng> = RefCell::new(SmallRng::from_rng(&mut rand::rng()));
-}
-
-/// One random word per request (split into draws by the callers).
-pub fn random_u64() -> u64 {
-    RNG.with(|r| r.borrow_mut().next_u64())
-}
-
-static X_FORWARDED_FOR: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
-static X_FORWARDED_PROTO: http::HeaderName = http::HeaderName::from_static("x-forwarded-proto");
-static X_FORWARDED_HOST: http::HeaderName = http::HeaderName::from_static("x-forwarded-host");
+/// Re-exported for the mirror, which draws its own endpoint.
+pub use super::phases::random_u64;
 
 /// hyper service entry point. Never fails: every problem becomes a response.
 pub async fn handle(
@@ -116,18 +113,10 @@ pub async fn handle(
     }
     let host = normalize_host(host_raw);
     let path = parts.uri.path();
-    let Some(idx) = snap.spec.routing.find(&host, path) else {
-        log_access(
-            &shared,
-            conn.peer,
-            &parts.method,
-            &host,
-            path,
-            None,
-            404,
-            start,
-        );
-        return Ok(ProxyError::NoRoute.response("no route for this host and path"));
+    let log = AccessLine::new(&shared, &parts.method, &host, path);
+    let idx = match find_route(&snap, &host, path) {
+        Ok(idx) => idx,
+        Err(refusal) => return Ok(refuse(&shared, &conn, None, &refusal, log.as_ref(), start)),
     };
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
@@ -145,44 +134,25 @@ pub async fn handle(
         );
         decide(&view, route, Draw::from_u64(r))
     };
-    let (backend, role) = match decision.side {
-        Side::Primary => (&rt.primary, Role::Primary),
-        Side::Canary => match &rt.canary {
-            Some(c) => (c, Role::Canary),
-            None => (&rt.primary, Role::Primary),
-        },
-    };
+    let (backend, role) = choose_side(decision.side, rt);
+    let counted = Some((rt, role, route.name.as_str()));
 
     // Phase: upstream request.
-    let Some(endpoint) = backend.pick(r.rotate_left(17)) else {
-        let resp = finish_error(
-            &shared,
-            rt,
-            role,
-            ProxyError::NoEndpoint,
-            &format!("backend {} has no ready endpoint", backend.name),
-            start,
-        );
-        log_access(
-            &shared,
-            conn.peer,
-            &parts.method,
-            &host,
-            path,
-            Some(&route.name),
-            503,
-            start,
-        );
-        return Ok(resp);
+    let endpoint = match pick_endpoint(backend, r) {
+        Ok(ep) => ep,
+        Err(refusal) => {
+            return Ok(refuse(
+                &shared,
+                &conn,
+                counted,
+                &refusal,
+                log.as_ref(),
+                start,
+            ));
+        }
     };
     let x_forwarded_host = HeaderValue::from_str(host_raw).ok();
     let method = parts.method.clone();
-    let log_path = if access_log_on(&shared) {
-        Some(path.to_string())
-    } else {
-        None
-    };
-    let host_owned = host.into_owned();
     // The backend's protocol and TLS; an upgrade always goes over HTTP/1.1.
     let spec = snap.spec.backends.get(&backend.name);
     let protocol = match (&upgrade_value, spec) {
@@ -194,13 +164,13 @@ pub async fn handle(
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(target: "weir::upstream", backend = %backend.name, error = %e, "no upstream client");
-            let msg = format!("cannot set up TLS to backend {}", backend.name);
-            return Ok(finish_error(
+            let refusal = UpstreamFailure::NoTlsClient.refusal(rt, role, backend, &endpoint);
+            return Ok(refuse(
                 &shared,
-                rt,
-                role,
-                ProxyError::Upstream,
-                &msg,
+                &conn,
+                counted,
+                &refusal,
+                log.as_ref(),
                 start,
             ));
         }
@@ -240,7 +210,7 @@ pub async fn handle(
         role,
         peer: conn.peer,
         route: &route.name,
-        log: log_path.map(|p| (method.clone(), host_owned, p)),
+        log,
         start,
         armed: true,
     };
@@ -267,47 +237,43 @@ pub async fn handle(
         Waited::TimedOut => Err(None),
         Waited::Client(fault) => Err(Some(fault)),
     };
-    // A 101 the client did not ask for cannot be forwarded: an HTTP/1 client
-    // would take the connection as switched, and HTTP/2 has no 101 at all
-    // (RFC 9113 §8.6). It is the upstream breaking the exchange.
-    let unsolicited_switch = client_upgrade.is_none()
-        && matches!(&result, Ok(Ok(r)) if r.status() == StatusCode::SWITCHING_PROTOCOLS);
-    // Passive outlier detection: a 5xx, a connect error, a broken exchange
-    // or a timeout; never what the client broke.
-    if !matches!(result, Err(Some(_))) {
-        let failed =
-            unsolicited_switch || !matches!(&result, Ok(Ok(r)) if !r.status().is_server_error());
-        backend.observe(&endpoint, failed);
+    // The exchange's outcome, classified once. A 101 the client did not ask
+    // for cannot be forwarded: an HTTP/1 client would take the connection as
+    // switched, and HTTP/2 has no 101 at all (RFC 9113 §8.6). It is the
+    // upstream breaking the exchange.
+    let outcome = match result {
+        Err(Some(fault)) => Err(Err(fault)),
+        Err(None) => Err(Ok(UpstreamFailure::Timeout(route.timeout))),
+        Ok(Ok(r)) if client_upgrade.is_none() && r.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
+            Err(Ok(UpstreamFailure::Broken))
+        }
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => {
+            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
+            Err(Ok(if e.is_connect() {
+                UpstreamFailure::Connect
+            } else {
+                UpstreamFailure::Broken
+            }))
+        }
+    };
+    // Passive outlier detection: never what the client broke.
+    match &outcome {
+        Ok(r) => feed_outlier(backend, &endpoint, Some(r.status().as_u16())),
+        Err(Ok(_)) => feed_outlier(backend, &endpoint, None),
+        Err(Err(_)) => {}
     }
 
     // Phase: response.
-    let resp = match result {
-        Err(Some(fault)) => client_fault(&shared, rt, role, fault),
-        Err(None) => {
-            let msg = format!(
-                "no response from {} within {:?}",
-                endpoint.address, route.timeout
-            );
-            finish_error(&shared, rt, role, ProxyError::Timeout, &msg, start)
+    let resp = match outcome {
+        Err(Err(fault)) => client_fault(&shared, rt, role, fault),
+        Err(Ok(failure)) => {
+            let refusal = failure.refusal(rt, role, backend, &endpoint);
+            phases::record_error(&shared, rt, role, refusal.err, start);
+            refusal.err.response(&refusal.detail)
         }
-        Ok(Ok(_)) if unsolicited_switch => {
-            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
-            let msg = format!("{} broke the exchange", endpoint.address);
-            finish_error(&shared, rt, role, ProxyError::Upstream, &msg, start)
-        }
-        Ok(Err(e)) => {
-            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
-            if e.is_connect() {
-                rt.metrics.record_connect_error(role);
-            }
-            let msg = if e.is_connect() {
-                format!("cannot connect to {}", endpoint.address)
-            } else {
-                format!("{} broke the exchange", endpoint.address)
-            };
-            finish_error(&shared, rt, role, ProxyError::Upstream, &msg, start)
-        }
-        Ok(Ok(resp)) => {
+        Ok(resp) => {
             let (mut rp, rbody) = resp.into_parts();
             // A 101 to an upgrade request: both connections become a tunnel.
             let tunnel = match client_upgrade.take() {
@@ -384,19 +350,38 @@ pub async fn handle(
         }
     };
     abandoned.armed = false;
-    if let Some((method, host, path)) = abandoned.log.take() {
-        log_access(
+    if let Some(l) = abandoned.log.take() {
+        l.log(
             &shared,
             conn.peer,
-            &method,
-            &host,
-            &path,
             Some(&route.name),
             resp.status().as_u16(),
             start,
         );
     }
     Ok(resp)
+}
+
+/// A weir-made answer, counted against its side when it has one (route
+/// runtime, role, route name) and logged.
+fn refuse(
+    shared: &ProxyShared,
+    conn: &ConnInfo,
+    counted: Option<(&RouteRuntime, Role, &str)>,
+    refusal: &Refusal,
+    log: Option<&AccessLine>,
+    start: Instant,
+) -> Response<ProxyBody> {
+    phases::account_refusal(
+        shared,
+        conn.peer,
+        counted.map(|(rt, role, _)| (rt, role)),
+        counted.map(|(_, _, name)| name),
+        refusal,
+        log,
+        start,
+    );
+    refusal.err.response(&refusal.detail)
 }
 
 /// Counts and logs a request whose client went away while it was waiting
@@ -408,8 +393,8 @@ struct Abandoned<'a> {
     role: Role,
     peer: SocketAddr,
     route: &'a str,
-    /// Method, host and path for the access log (when it is on).
-    log: Option<(Method, String, String)>,
+    /// The access line (when the log is on).
+    log: Option<AccessLine>,
     start: Instant,
     /// Cleared once the request has its answer.
     armed: bool,
@@ -422,17 +407,8 @@ impl Drop for Abandoned<'_> {
         }
         let status = ProxyError::ClientClosed.status().as_u16();
         record_client_error(self.shared, self.rt, self.role, status);
-        if let Some((method, host, path)) = &self.log {
-            log_access(
-                self.shared,
-                self.peer,
-                method,
-                host,
-                path,
-                Some(self.route),
-                status,
-                self.start,
-            );
+        if let Some(l) = &self.log {
+            l.log(self.shared, self.peer, Some(self.route), status, self.start);
         }
     }
 }
@@ -473,14 +449,6 @@ fn client_fault(
     r.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
     r
-}
-
-/// Counts a request the client broke: stats window (apart from the success
-/// rate) and `weir_requests_total` under its status.
-fn record_client_error(shared: &ProxyShared, rt: &RouteRuntime, role: Role, status: u16) {
-    rt.stats
-        .record_client_error(role, shared.now_sec(Instant::now()));
-    rt.metrics.record_client_error(role, status);
 }
 
 /// Refuses what must not be forwarded: a request smuggling attempt (400,
@@ -534,186 +502,6 @@ fn idle_limited(body: ProxyBody, after: std::time::Duration) -> ProxyBody {
     ProxyBody::boxed(http_body_util::BodyExt::boxed(limits::IdleTimeout::new(
         body, after,
     )))
-}
-
-/// Where and how a request goes upstream.
-struct Target<'a> {
-    /// The endpoint.
-    authority: &'a http::uri::Authority,
-    /// TLS to the endpoint (`https` scheme).
-    tls: bool,
-    /// The backend's protocol (HTTP/1.1 for upgrades).
-    protocol: UpstreamProtocol,
-    /// The client's `Upgrade` value, kept for the upstream.
-    upgrade: Option<HeaderValue>,
-}
-
-/// Builds the request sent upstream: absolute URI to the endpoint, version
-/// HTTP/1.1 (the client picks the real version per connection: an HTTP/2
-/// pool sends it as HTTP/2), hop-by-hop headers stripped (except an
-/// upgrade's, and `te: trailers` towards HTTP/2 backends, which gRPC
-/// needs), the client's `x-weir-*` headers removed, X-Forwarded-* set, the
-/// client's Host kept (replaced by the target's authority when there is one:
-/// absolute form, HTTP/2), route header edits applied.
-fn upstream_request(
-    parts: http::request::Parts,
-    target: &Target<'_>,
-    conn: &ConnInfo,
-    x_forwarded_host: Option<HeaderValue>,
-    route: &Route,
-) -> Request<()> {
-    let http::request::Parts {
-        method,
-        uri,
-        mut headers,
-        ..
-    } = parts;
-    let te_trailers = target.protocol != UpstreamProtocol::Http1
-        && headers
-            .get_all(TE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
-    strip_hop_by_hop(&mut headers);
-    if let Some(u) = &target.upgrade {
-        upgrade::restore(&mut headers, u.clone());
-    }
-    if te_trailers {
-        headers.insert(TE, HeaderValue::from_static("trailers"));
-    }
-    strip_weir_headers(&mut headers);
-    // The authority the request was routed by is the Host the upstream gets:
-    // an absolute-form target's (RFC 9112 §3.2.2) or HTTP/2's `:authority`,
-    // which wins over a differing `host` header (RFC 9113 §8.3.1).
-    if let Some(a) = uri.authority() {
-        if let Ok(v) = HeaderValue::from_str(a.as_str()) {
-            headers.insert(HOST, v);
-        }
-    }
-    append_forwarded_for(&mut headers, conn.peer.ip());
-    headers.insert(
-        X_FORWARDED_PROTO.clone(),
-        HeaderValue::from_static(if conn.tls { "https" } else { "http" }),
-    );
-    if let Some(h) = x_forwarded_host {
-        headers.insert(X_FORWARDED_HOST.clone(), h);
-    }
-    if !route.request_headers.is_empty() {
-        route.request_headers.apply(&mut headers);
-    }
-    let scheme = if target.tls { "https" } else { "http" };
-    let mut up = Uri::builder()
-        .scheme(scheme)
-        .authority(target.authority.clone());
-    up = up.path_and_query(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
-    let mut req = Request::new(());
-    *req.method_mut() = method;
-    // A Uri built from a valid authority and an existing path cannot fail;
-    // fall back to the root rather than panic if it ever does.
-    *req.uri_mut() = up.build().unwrap_or_else(|_| Uri::from_static("/"));
-    *req.version_mut() = Version::HTTP_11;
-    *req.headers_mut() = headers;
-    req
-}
-
-/// A copy of a bodiless upstream request (extensions are not copied: the
-/// upstream request carries none).
-fn copy_head(req: &Request<()>) -> Request<()> {
-    let mut r = Request::new(());
-    *r.method_mut() = req.method().clone();
-    *r.uri_mut() = req.uri().clone();
-    *r.version_mut() = req.version();
-    *r.headers_mut() = req.headers().clone();
-    r
-}
-
-/// Appends the peer to X-Forwarded-For (comma-joined, as nginx's
-/// `$proxy_add_x_forwarded_for`).
-fn append_forwarded_for(headers: &mut http::HeaderMap, ip: std::net::IpAddr) {
-    let joined = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
-        _ => ip.to_string(),
-    };
-    if let Ok(v) = HeaderValue::from_str(&joined) {
-        headers.insert(X_FORWARDED_FOR.clone(), v);
-    }
-}
-
-/// A proxy-made error that still counts against the side's success rate.
-fn finish_error(
-    shared: &ProxyShared,
-    rt: &RouteRuntime,
-    role: Role,
-    err: ProxyError,
-    detail: &str,
-    start: Instant,
-) -> Response<ProxyBody> {
-    record_error(shared, rt, role, err, start);
-    err.response(detail)
-}
-
-/// Counts a proxy-made error against the side (stats window and metrics).
-pub(super) fn record_error(
-    shared: &ProxyShared,
-    rt: &RouteRuntime,
-    role: Role,
-    err: ProxyError,
-    start: Instant,
-) {
-    let now = Instant::now();
-    rt.stats.record(
-        role,
-        shared.now_sec(now),
-        true,
-        now.duration_since(start).as_micros() as u64,
-    );
-    rt.metrics
-        .record_proxy_error(role, err, now.duration_since(start));
-}
-
-/// Records an upstream answer (its head) for the side: stats window and metrics.
-pub(super) fn record_answer(
-    shared: &ProxyShared,
-    rt: &RouteRuntime,
-    role: Role,
-    status: u16,
-    failed: bool,
-    start: Instant,
-) {
-    let now = Instant::now();
-    let latency = now.duration_since(start);
-    rt.stats.record(
-        role,
-        shared.now_sec(now),
-        failed,
-        latency.as_micros() as u64,
-    );
-    rt.metrics.record(role, status, latency);
-}
-
-/// Whether access lines are wanted (then the path is kept for the log).
-pub(super) fn access_log_on(shared: &ProxyShared) -> bool {
-    shared.settings.access_log || tracing::enabled!(target: "weir::access", tracing::Level::DEBUG)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn log_access(
-    shared: &ProxyShared,
-    peer: SocketAddr,
-    method: &Method,
-    host: &str,
-    path: &str,
-    route: Option<&str>,
-    status: u16,
-    start: Instant,
-) {
-    let ms = start.elapsed().as_secs_f64() * 1000.0;
-    if shared.settings.access_log {
-        tracing::info!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
-    } else {
-        tracing::debug!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
-    }
 }
 
 /// Re-exported for the mirror, which builds its own copy of the request.

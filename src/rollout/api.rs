@@ -22,9 +22,9 @@
 use std::sync::Arc;
 
 use http::{Method, StatusCode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::driver::{CanaryStatus, Engine, EngineError};
+use super::driver::{CanaryStatus, CommandOutcome, Engine, EngineError};
 use super::machine::ManualCommand;
 use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
 
@@ -88,6 +88,35 @@ fn engine(s: &ApiState) -> Result<Arc<Engine>, ApiError> {
     })
 }
 
+/// `GET /api/v1/canaries`: every canary, without its events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CanaryList {
+    /// One status per configured canary (`events` empty: see each canary's own page).
+    pub canaries: Vec<CanaryStatus>,
+}
+
+/// The answer to `POST /api/v1/canaries/{name}/{command}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandAnswer {
+    /// False when the command did not apply in the current phase (nothing changed).
+    pub accepted: bool,
+    /// The events' messages.
+    pub message: String,
+    /// The canary after the command.
+    pub status: CanaryStatus,
+}
+
+impl From<CommandOutcome> for CommandAnswer {
+    fn from(o: CommandOutcome) -> Self {
+        CommandAnswer {
+            accepted: o.accepted,
+            message: o.message,
+            status: o.status,
+        }
+    }
+}
+
 fn list(s: &ApiState) -> Result<ApiResponse, ApiError> {
     let e = engine(s)?;
     let canaries: Vec<CanaryStatus> = e
@@ -98,10 +127,7 @@ fn list(s: &ApiState) -> Result<ApiResponse, ApiError> {
             st
         })
         .collect();
-    Ok(json_response(
-        StatusCode::OK,
-        &serde_json::json!({ "canaries": canaries }),
-    ))
+    Ok(json_response(StatusCode::OK, &CanaryList { canaries }))
 }
 
 fn get(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
@@ -259,7 +285,7 @@ async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse
     }
     tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, "canary command");
     match e.command(&name, cmd).await {
-        Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &out)),
+        Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &CommandAnswer::from(out))),
         // The machine's own refusal, for this caller only (no event is published).
         Ok(out) => Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -22,26 +22,18 @@ use std::time::Duration;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{
-    AnalysisSpec, CanarySpec, HookKind, MetricSpec, Promotion, WebhookSpec, TOTAL_WEIGHT,
-};
+use super::spec::{AnalysisSpec, CanarySpec, MetricSpec, WebhookSpec, TOTAL_WEIGHT};
 use crate::config::affinity::advance_affinity_state;
+pub use crate::config::canary_defaults::{
+    DEFAULT_HOOK_TIMEOUT, DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLD, DURATION, SUCCESS_RATE,
+};
 use crate::config::raw::{RawAffinity, RawAffinityState, RawMatch, RawMirror, RawRoute};
-use crate::config::{parse_duration, CanaryConfig};
+use crate::config::CanaryConfig;
+pub use crate::config::MetricKind;
 
-/// Name of the built-in success-rate metric (percent of non-5xx answers).
-pub const SUCCESS_RATE: &str = "request-success-rate";
-/// Name of the built-in latency metric (P99 in milliseconds).
-pub const DURATION: &str = "request-duration";
-/// Default `minRequests` of a metric: fewer requests in the window fail the check.
-pub const DEFAULT_MIN_REQUESTS: u64 = 10;
-/// Default webhook timeout (Flagger's).
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `namespace` of webhook payloads and of `{{ namespace }}` in queries: weir has no
 /// namespaces, Flagger receivers and pasted queries expect one.
 pub const NAMESPACE: &str = "default";
-/// Default failed-checks threshold when `threshold` is not set.
-pub const DEFAULT_THRESHOLD: u32 = 5;
 
 /// Everything the engine runs one canary with.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,23 +59,6 @@ pub struct CanaryDef {
     pub hook_retries: Vec<u32>,
 }
 
-/// Where a metric's value comes from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum MetricKind {
-    /// Percent of non-5xx answers of the canary (or mirror) role, from the proxies' stats.
-    SuccessRate,
-    /// P99 latency in ms of the canary (or mirror) role, from the proxies' stats.
-    Duration,
-    /// A PromQL query against a Prometheus server (`{{ name }}`, `{{ interval }}`,
-    /// `{{ route }}`, `{{ namespace }}` substituted).
-    Prometheus {
-        /// Server base URL, e.g. `http://127.0.0.1:9090`.
-        url: String,
-        /// The query template.
-        query: String,
-    },
-}
-
 /// How one metric is measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MetricSource {
@@ -98,54 +73,26 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn weight(v: Option<i64>) -> u8 {
-    v.map_or(0, |w| u8::try_from(w.clamp(0, 100)).unwrap_or(TOTAL_WEIGHT))
-}
-
-fn duration_or(s: &Option<String>, default: Duration) -> Duration {
-    s.as_deref()
-        .and_then(|s| parse_duration(s).ok())
-        .filter(|d| !d.is_zero())
-        .unwrap_or(default)
-}
-
-/// Parses a webhook `type` (Flagger's names, weir's `promote`); validation already
-/// rejected anything else, so an unknown value falls back to `rollout`.
-pub fn hook_kind(kind: Option<&str>) -> HookKind {
-    kind.and_then(|k| serde_json::from_value(serde_json::Value::String(k.to_string())).ok())
-        .unwrap_or_default()
-}
-
-/// Builds the engine's view of one validated canary.
+/// Builds the engine's view of one validated canary: every value was checked and
+/// typed by the loader, so this only maps units and shapes.
 pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
-    let raw = &cfg.raw;
-    let a = &raw.analysis;
-    let interval = cfg.interval;
-    let metrics: Vec<MetricSpec> = a
+    let a = &cfg.analysis;
+    let metrics = a
         .metrics
         .iter()
         .map(|m| MetricSpec {
             name: m.name.clone(),
-            min: m.threshold_range.as_ref().and_then(|t| t.min),
-            max: m.threshold_range.as_ref().and_then(|t| t.max),
-            interval_ms: ms(duration_or(&m.interval, interval)),
+            min: m.min,
+            max: m.max,
+            interval_ms: ms(m.interval),
         })
         .collect();
     let sources = a
         .metrics
         .iter()
         .map(|m| MetricSource {
-            kind: match (&m.query, &m.prometheus_url) {
-                (Some(q), Some(u)) => MetricKind::Prometheus {
-                    url: u.trim_end_matches('/').to_string(),
-                    query: q.clone(),
-                },
-                _ if m.name == DURATION => MetricKind::Duration,
-                _ => MetricKind::SuccessRate,
-            },
-            min_requests: m
-                .min_requests
-                .map_or(DEFAULT_MIN_REQUESTS, |n| u64::try_from(n).unwrap_or(0)),
+            kind: m.kind.clone(),
+            min_requests: m.min_requests,
         })
         .collect();
     let webhooks = a
@@ -153,66 +100,46 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
         .iter()
         .map(|w| WebhookSpec {
             name: w.name.clone(),
-            kind: hook_kind(w.kind.as_deref()),
+            kind: w.kind,
             url: w.url.clone(),
-            timeout_ms: ms(duration_or(&w.timeout, DEFAULT_HOOK_TIMEOUT)),
+            timeout_ms: ms(w.timeout),
             metadata: w.metadata.clone(),
         })
         .collect();
-    let hook_retries = a
-        .webhooks
-        .iter()
-        .map(|w| {
-            w.retries
-                .map_or(0, |r| u32::try_from(r.clamp(0, 10)).unwrap_or(0))
-        })
-        .collect();
     let analysis = AnalysisSpec {
-        interval_ms: ms(interval),
-        threshold: a
-            .threshold
-            .map_or(DEFAULT_THRESHOLD, |t| u32::try_from(t.max(1)).unwrap_or(1)),
-        max_weight: weight(a.max_weight),
-        step_weight: weight(a.step_weight),
-        step_weights: a.step_weights.iter().map(|w| weight(Some(*w))).collect(),
-        step_weight_promotion: weight(a.step_weight_promotion),
-        iterations: a
-            .iterations
-            .map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+        interval_ms: ms(cfg.interval),
+        threshold: a.threshold,
+        max_weight: a.max_weight,
+        step_weight: a.step_weight,
+        step_weights: a.step_weights.clone(),
+        step_weight_promotion: a.step_weight_promotion,
+        iterations: a.iterations,
         has_match: !a.matches.is_empty(),
-        mirror: a.mirror.unwrap_or(false),
-        mirror_weight: a.mirror_weight.map(|w| weight(Some(w))),
+        mirror: a.mirror,
+        mirror_weight: a.mirror_weight,
         session_affinity: a.session_affinity.is_some(),
         metrics,
         webhooks,
     };
     CanaryDef {
         spec: CanarySpec {
-            name: raw.name.clone(),
-            skip_analysis: raw.skip_analysis.unwrap_or(false),
-            promotion: if raw.promotion.as_deref() == Some("webhook") {
-                Promotion::Webhook
-            } else {
-                Promotion::Swap
-            },
+            name: cfg.name.clone(),
+            skip_analysis: cfg.skip_analysis,
+            promotion: cfg.promotion,
             progress_deadline_ms: ms(cfg.progress_deadline),
             analysis,
         },
-        route: raw.route.clone(),
-        watch_revision: raw.watch_revision.unwrap_or(false),
-        data_planes: raw
-            .data_planes
-            .iter()
-            .map(|u| u.trim_end_matches('/').to_string())
-            .collect(),
+        route: cfg.route.clone(),
+        watch_revision: cfg.watch_revision,
+        data_planes: cfg.data_planes.clone(),
         data_plane_token: cfg.data_plane_token.clone(),
-        matches: a.matches.clone(),
+        matches: a.matches.raw.clone(),
         session_affinity: a.session_affinity.clone().map(|mut b| {
-            default_primary_max_age(&mut b, interval);
+            default_primary_max_age(&mut b, cfg.interval);
             b
         }),
         metrics: sources,
-        hook_retries,
+        hook_retries: a.webhooks.iter().map(|w| w.retries).collect(),
     }
 }
 

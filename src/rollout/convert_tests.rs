@@ -9,7 +9,7 @@ use rand::SeedableRng;
 use super::*;
 use crate::config::raw::RawTable;
 use crate::config::{compile_table, parse_yaml};
-use crate::rollout::spec::Strategy;
+use crate::rollout::spec::{HookKind, Promotion, Strategy};
 
 const BASE: &str = r#"
 listeners: [{ name: http, address: "127.0.0.1:0" }]

@@ -18,6 +18,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
+use super::api::{CanaryList, CommandAnswer};
+use super::driver::{CanaryStatus, RolloutEvent};
 use super::http::HttpClient;
 use crate::ctl::{render_table, CtlError};
 
@@ -104,61 +106,70 @@ async fn call(
         )
         .await
         .map_err(|e| CtlError::Transport(format!("cannot reach the weir API at {base}: {e}")))?;
-    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     if (200..300).contains(&r.status) {
-        return Ok(v);
+        return Ok(serde_json::from_slice(&r.body).unwrap_or(Value::Null));
     }
+    let (reason, field) = match serde_json::from_slice::<crate::wire::error::ErrorBody>(&r.body) {
+        Ok(b) => (b.reason, b.field),
+        Err(_) => (r.snippet(300), None),
+    };
     Err(CtlError::Api {
         status: r.status,
-        reason: v
-            .get("reason")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| r.snippet(300)),
-        field: v.get("field").and_then(Value::as_str).map(str::to_string),
+        reason,
+        field,
     })
 }
 
-fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v.get(k).and_then(Value::as_str).unwrap_or("-")
+/// The name a value has on the wire (`canary`, `swap`, `Progressing`).
+fn wire_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "-".into(),
+    }
 }
 
-fn n(v: &Value, k: &str) -> u64 {
-    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+fn or_dash(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or("-")
+}
+
+fn value(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |v| format!("{v:.2}"))
+}
+
+/// Parses an answer of the canary API into its type.
+fn parse<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> Result<T, CtlError> {
+    serde_json::from_value(v)
+        .map_err(|e| CtlError::Transport(format!("unexpected {what} document: {e}")))
 }
 
 /// The table of `weir ctl canaries`.
-pub fn canaries_table(list: &Value) -> String {
+pub fn canaries_table(list: &[CanaryStatus]) -> String {
     let rows: Vec<Vec<String>> = list
-        .get("canaries")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|c| {
-                    let iterations = if n(c, "iterationsTotal") > 0 {
-                        format!("{}/{}", n(c, "iterations"), n(c, "iterationsTotal"))
-                    } else {
-                        "-".to_string()
-                    };
-                    vec![
-                        s(c, "name").to_string(),
-                        s(c, "route").to_string(),
-                        format!(
-                            "{}{}",
-                            s(c, "phase"),
-                            if c["paused"] == true { " (paused)" } else { "" }
-                        ),
-                        format!("{}%", n(c, "canaryWeight")),
-                        iterations,
-                        format!("{}/{}", n(c, "failedChecks"), n(c, "threshold")),
-                        s(c, "revision").to_string(),
-                        s(c, "primaryBackend").to_string(),
-                        s(c, "canaryBackend").to_string(),
-                    ]
-                })
-                .collect()
+        .iter()
+        .map(|c| {
+            let iterations = if c.iterations_total > 0 {
+                format!("{}/{}", c.iterations, c.iterations_total)
+            } else {
+                "-".to_string()
+            };
+            vec![
+                c.name.clone(),
+                c.route.clone(),
+                format!(
+                    "{}{}",
+                    wire_name(&c.phase),
+                    if c.paused { " (paused)" } else { "" }
+                ),
+                format!("{}%", c.canary_weight),
+                iterations,
+                format!("{}/{}", c.failed_checks, c.threshold),
+                or_dash(&c.revision).to_string(),
+                or_dash(&c.primary_backend).to_string(),
+                or_dash(&c.canary_backend).to_string(),
+            ]
         })
-        .unwrap_or_default();
+        .collect();
     render_table(
         &[
             "CANARY",
@@ -176,8 +187,8 @@ pub fn canaries_table(list: &Value) -> String {
 }
 
 /// One event as a line: time, canary, phase, weights, failed checks, message, checks.
-pub fn event_line(e: &Value) -> String {
-    let secs = n(e, "timeMs") / 1000;
+pub fn event_line(e: &RolloutEvent) -> String {
+    let secs = e.time_ms / 1000;
     let clock = format!(
         "{:02}:{:02}:{:02}",
         (secs / 3600) % 24,
@@ -186,80 +197,56 @@ pub fn event_line(e: &Value) -> String {
     );
     let mut line = format!(
         "{clock} {} {:<16} canary {:>3}% primary {:>3}%  failed {}  {}{}: {}",
-        s(e, "canary"),
-        s(e, "phase"),
-        n(e, "canaryWeight"),
-        n(e, "primaryWeight"),
-        n(e, "failedChecks"),
-        if e["warning"] == true { "WARNING " } else { "" },
-        s(e, "reason"),
-        s(e, "message")
+        e.canary,
+        wire_name(&e.phase),
+        e.canary_weight,
+        e.primary_weight,
+        e.failed_checks,
+        if e.warning { "WARNING " } else { "" },
+        e.reason,
+        e.message
     );
-    if let Some(checks) = e.get("checks").and_then(Value::as_array) {
-        let parts: Vec<String> = checks
-            .iter()
-            .map(|c| {
-                let v = c
-                    .get("value")
-                    .and_then(Value::as_f64)
-                    .map_or("-".to_string(), |v| format!("{v:.2}"));
-                format!(
-                    "{}={v}{}",
-                    s(c, "name"),
-                    if c["passed"] == true { "" } else { " FAILED" }
-                )
-            })
-            .collect();
-        if !parts.is_empty() {
-            line.push_str(&format!("  [{}]", parts.join(", ")));
-        }
+    let parts: Vec<String> = e
+        .checks
+        .iter()
+        .map(|c| {
+            format!(
+                "{}={}{}",
+                c.name,
+                value(c.value),
+                if c.passed { "" } else { " FAILED" }
+            )
+        })
+        .collect();
+    if !parts.is_empty() {
+        line.push_str(&format!("  [{}]", parts.join(", ")));
     }
     line
 }
 
 /// The detail view of `weir ctl canaries NAME`.
-pub fn canary_detail(c: &Value) -> String {
-    let mut out = canaries_table(&serde_json::json!({ "canaries": [c] }));
+pub fn canary_detail(c: &CanaryStatus) -> String {
+    let mut out = canaries_table(std::slice::from_ref(c));
     out.push_str(&format!(
         "strategy {}, promotion {}, data planes {}\n",
-        s(c, "strategy"),
-        s(c, "promotion"),
-        c.get("dataPlanes")
-            .and_then(Value::as_array)
-            .map(|a| a
-                .iter()
-                .map(|x| x.as_str().unwrap_or(""))
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default()
+        wire_name(&c.strategy),
+        wire_name(&c.promotion),
+        c.data_planes.join(", ")
     ));
-    if let Some(e) = c.get("dataPlaneError").and_then(Value::as_str) {
+    if let Some(e) = &c.data_plane_error {
         out.push_str(&format!("data plane problem: {e}\n"));
     }
-    if let Some(m) = c
-        .get("lastChecks")
-        .and_then(|l| l.get("metrics"))
-        .and_then(Value::as_array)
-    {
-        for m in m {
-            out.push_str(&format!(
-                "check {}: {} ({}) {}\n",
-                s(m, "name"),
-                m.get("value")
-                    .and_then(Value::as_f64)
-                    .map_or("-".to_string(), |v| format!("{v:.2}")),
-                s(m, "reason"),
-                if m["passed"] == true { "ok" } else { "FAILED" }
-            ));
-        }
+    for m in &c.last_checks.metrics {
+        out.push_str(&format!(
+            "check {}: {} ({}) {}\n",
+            m.name,
+            value(m.value),
+            m.reason,
+            if m.passed { "ok" } else { "FAILED" }
+        ));
     }
     out.push_str("events:\n");
-    for e in c
-        .get("events")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for e in &c.events {
         out.push_str("  ");
         out.push_str(&event_line(e));
         out.push('\n');
@@ -280,7 +267,8 @@ pub async fn run(
             if t.json {
                 writeln!(out, "{v:#}")?;
             } else {
-                write!(out, "{}", canaries_table(&v))?;
+                let list: CanaryList = parse(v, "canary list")?;
+                write!(out, "{}", canaries_table(&list.canaries))?;
             }
             return Ok(());
         }
@@ -289,7 +277,8 @@ pub async fn run(
             if t.json {
                 writeln!(out, "{v:#}")?;
             } else {
-                write!(out, "{}", canary_detail(&v))?;
+                let c: CanaryStatus = parse(v, "canary")?;
+                write!(out, "{}", canary_detail(&c))?;
             }
             return Ok(());
         }
@@ -310,13 +299,13 @@ pub async fn run(
     if t.json {
         writeln!(out, "{v:#}")?;
     } else {
-        let st = &v["status"];
+        let answer: CommandAnswer = parse(v, "command answer")?;
         writeln!(
             out,
             "{name}: {verb} done: {} at canary weight {}% — {}",
-            s(st, "phase"),
-            n(st, "canaryWeight"),
-            s(&v, "message")
+            wire_name(&answer.status.phase),
+            answer.status.canary_weight,
+            answer.message
         )?;
     }
     Ok(())
@@ -356,10 +345,13 @@ async fn watch(
             field: None,
         });
     }
-    let mut list = call(t, Method::GET, "/api/v1/canaries", None).await?;
-    if let (Some(o), Some(a)) = (only, list.get_mut("canaries").and_then(Value::as_array_mut)) {
-        a.retain(|c| s(c, "name") == o);
-        if a.is_empty() {
+    let mut list: CanaryList = parse(
+        call(t, Method::GET, "/api/v1/canaries", None).await?,
+        "canary list",
+    )?;
+    if let Some(o) = only {
+        list.canaries.retain(|c| c.name == o);
+        if list.canaries.is_empty() {
             return Err(CtlError::Api {
                 status: 404,
                 reason: format!("no canary named {o:?}"),
@@ -368,9 +360,10 @@ async fn watch(
         }
     }
     if t.json {
-        writeln!(out, "{list}")?;
+        let v = serde_json::to_value(&list).unwrap_or(Value::Null);
+        writeln!(out, "{v}")?;
     } else {
-        write!(out, "{}", canaries_table(&list))?;
+        write!(out, "{}", canaries_table(&list.canaries))?;
     }
     out.flush()?;
     let mut body = resp.into_body();
@@ -396,14 +389,19 @@ async fn watch(
             if kind.as_deref() != Some("rollout") {
                 continue;
             }
-            let Ok(e) = serde_json::from_str::<Value>(&data) else {
-                continue;
+            let e = match serde_json::from_str::<RolloutEvent>(&data) {
+                Ok(e) => e,
+                Err(err) => {
+                    writeln!(out, "error: unexpected rollout event: {err}: {data}")?;
+                    out.flush()?;
+                    continue;
+                }
             };
-            if only.is_some_and(|o| s(&e, "canary") != o) {
+            if only.is_some_and(|o| e.canary != o) {
                 continue;
             }
             if t.json {
-                writeln!(out, "{e}")?;
+                writeln!(out, "{data}")?;
             } else {
                 writeln!(out, "{}", event_line(&e))?;
             }
@@ -436,18 +434,25 @@ mod tests {
 
     #[test]
     fn tables_and_lines_show_the_numbers() {
-        let c = serde_json::json!({
+        let c: CanaryStatus = serde_json::from_str(
+            r#"{
             "name": "app", "route": "app", "phase": "Progressing", "paused": false,
             "canaryWeight": 40, "iterations": 0, "iterationsTotal": 0, "failedChecks": 1,
             "threshold": 5, "revision": "v2", "primaryBackend": "app-blue",
             "canaryBackend": "app-green", "strategy": "canary", "promotion": "swap",
             "dataPlanes": ["in-process"],
+            "primaryWeight": 60, "matchActive": false, "mirror": false,
+            "promotedRevision": null, "pendingRevision": null, "message": "Advance v2",
+            "lastTransitionMs": 3723000, "pendingWrites": 0, "dataPlaneError": null,
             "lastChecks": {"metrics": [{"name": "request-success-rate", "value": 99.5, "passed": true, "reason": "120 canary requests"}]},
-            "events": [{"canary": "app", "timeMs": 3_723_000u64, "phase": "Progressing", "reason": "Advanced",
+            "events": [{"canary": "app", "timeMs": 3723000, "phase": "Progressing", "reason": "Advanced",
                         "warning": false, "message": "Advance v2", "canaryWeight": 40, "primaryWeight": 60,
+                        "iterations": 0, "revision": "v2",
                         "failedChecks": 1, "checks": [{"name": "request-success-rate", "value": 99.5, "passed": true}]}]
-        });
-        let table = canaries_table(&serde_json::json!({ "canaries": [c.clone()] }));
+        }"#,
+        )
+        .unwrap();
+        let table = canaries_table(std::slice::from_ref(&c));
         assert!(table.starts_with("CANARY"), "{table}");
         for want in ["Progressing", "40%", "1/5", "v2", "app-blue", "app-green"] {
             assert!(table.contains(want), "{want} missing:\n{table}");
@@ -464,5 +469,42 @@ mod tests {
             (kind.as_deref(), data.as_str()),
             (Some("rollout"), "{\"a\":1}")
         );
+    }
+
+    /// The list and command answers round-trip through their one type, and a status
+    /// without a required field (`phase`) is refused, not shown as a default phase.
+    #[test]
+    fn canary_documents_round_trip() {
+        let c: CanaryStatus = serde_json::from_str(
+            r#"{
+            "name": "app", "route": "app", "strategy": "abTesting", "promotion": "webhook",
+            "phase": "Promoting", "canaryWeight": 0, "primaryWeight": 100, "matchActive": true,
+            "mirror": false, "iterations": 2, "iterationsTotal": 5, "failedChecks": 0,
+            "threshold": 1, "revision": null, "promotedRevision": "v1", "pendingRevision": null,
+            "paused": true, "primaryBackend": null, "canaryBackend": null, "message": "",
+            "lastTransitionMs": 1, "lastChecks": {"atMs": 0, "hooks": [], "metrics": []},
+            "dataPlanes": [], "pendingWrites": 1, "dataPlaneError": "x", "events": []
+        }"#,
+        )
+        .unwrap();
+        let list = CanaryList {
+            canaries: vec![c.clone()],
+        };
+        let text = serde_json::to_string(&list).unwrap();
+        assert_eq!(serde_json::from_str::<CanaryList>(&text).unwrap(), list);
+        let answer = CommandAnswer {
+            accepted: true,
+            message: "paused".into(),
+            status: c.clone(),
+        };
+        let text = serde_json::to_string(&answer).unwrap();
+        assert_eq!(
+            serde_json::from_str::<CommandAnswer>(&text).unwrap(),
+            answer
+        );
+        let mut v = serde_json::to_value(&c).unwrap();
+        v.as_object_mut().unwrap().remove("phase");
+        let err = serde_json::from_value::<CanaryStatus>(v).unwrap_err();
+        assert!(err.to_string().contains("phase"), "{err}");
     }
 }

@@ -411,32 +411,24 @@ pub fn parse_stats(body: &[u8], window_secs: u64) -> Result<RoleStats, String> {
     })
 }
 
-/// The part of `GET /api/v1/backends/{name}` the engine reads.
+/// The part of `GET /api/v1/backends/{name}` the engine reads. Every field is
+/// required: a document without one (another version, a renamed field) is an error,
+/// never a backend that looks ready or empty.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct BackendDoc {
     name: String,
-    #[serde(default)]
     configured: Vec<String>,
-    #[serde(default)]
     endpoints: Vec<EndpointDoc>,
-    #[serde(default)]
     revision_path: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct EndpointDoc {
-    #[serde(default)]
     address: String,
-    #[serde(default = "yes")]
     ready: bool,
-    #[serde(default)]
     draining: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// Parses a backend document.
@@ -738,5 +730,25 @@ mod tests {
         h.insert(http::header::ETAG, http::HeaderValue::from_static("\"42\""));
         assert_eq!(etag_version(&h), Some(42));
         assert_eq!(encode("a b/c"), "a+b%2Fc");
+    }
+
+    /// A document whose endpoints lack `ready` (an older or renamed field) must not
+    /// read as a ready backend: a promotion waits on this answer.
+    #[test]
+    fn a_backend_without_readiness_fields_is_an_error_not_ready() {
+        for body in [
+            &br#"{"name":"b","configured":["a:1"],"endpoints":[{"address":"a:1","draining":false}]}"#[..],
+            br#"{"name":"b","configured":["a:1"],"endpoints":[{"address":"a:1","healthy":false,"draining":false}]}"#,
+            br#"{"name":"b","configured":["a:1"],"endpoints":[{"address":"a:1","ready":true}]}"#,
+            br#"{"name":"b","configured":["a:1"],"endpoints":[{"ready":true,"draining":false}]}"#,
+            br#"{"name":"b","configured":["a:1"]}"#,
+        ] {
+            let got = parse_backend(body);
+            assert!(
+                got.is_err(),
+                "{}: {got:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 }

@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The configuration's vocabulary, which the machine decides with.
+pub use crate::config::{HookKind, Promotion};
+
 /// Flagger's total weight: weights are percentages of traffic.
 pub const TOTAL_WEIGHT: u8 = 100;
 
@@ -33,21 +36,6 @@ pub struct CanarySpec {
     pub progress_deadline_ms: u64,
     /// Flagger's `analysis:` block.
     pub analysis: AnalysisSpec,
-}
-
-/// How the analysed canary becomes the primary.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Promotion {
-    /// One atomic table swap: the canary backend becomes the primary and the old primary
-    /// becomes the idle slot for the next release. `stepWeightPromotion` means nothing here:
-    /// all traffic moves to the new version in that one swap.
-    #[default]
-    Swap,
-    /// Call the `promote` webhooks (which redeploy the primary), wait until the primary
-    /// reports the canary's revision and is ready, then route traffic back to the primary
-    /// by `stepWeightPromotion` per tick (Flagger's model, with the user doing the copy).
-    Webhook,
 }
 
 /// Flagger's `CanaryAnalysis`, reduced to what the machine decides on.
@@ -219,44 +207,4 @@ pub struct WebhookSpec {
     pub timeout_ms: u64,
     /// Sent as the payload's `metadata`.
     pub metadata: BTreeMap<String, String>,
-}
-
-/// Flagger's webhook types, plus weir's `promote`. Serialised as in Flagger
-/// (`confirm-rollout`, `pre-rollout`, ...).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HookKind {
-    /// Gate before a new revision starts: failing holds the run in Waiting.
-    ConfirmRollout,
-    /// Called once before the first traffic step: failing counts a failed check.
-    PreRollout,
-    /// Called at every analysis tick before the metrics: failing counts a failed check
-    /// (Flagger's default type).
-    #[default]
-    Rollout,
-    /// Gate before every weight increase: failing holds the weight, counts nothing.
-    ConfirmTrafficIncrease,
-    /// Gate before promotion: failing holds the run in WaitingPromotion.
-    ConfirmPromotion,
-    /// Called after the run ends (Succeeded or Failed); its answer changes nothing.
-    PostRollout,
-    /// Asked at every tick of an analysis: a *passing* answer rolls the run back.
-    Rollback,
-    /// Receives every event; its answer changes nothing.
-    Event,
-    /// weir's own: with `promotion: webhook`, asked to redeploy the primary with the
-    /// canary's revision; gating, retried every tick until the progress deadline.
-    Promote,
-}
-
-impl HookKind {
-    /// Whether this answer ends the tick, so a driver calling the plan in order may stop
-    /// there: a rollback hook ends it when it passes (the run is rolled back), every other
-    /// planned hook when it fails (the gate holds or the check failed).
-    pub fn halts(self, passed: bool) -> bool {
-        match self {
-            HookKind::Rollback => passed,
-            _ => !passed,
-        }
-    }
 }

@@ -11,21 +11,11 @@
 //! case, order and duplicates, and the upstream's reason phrase.
 
 use crate::config::ProxySettings;
+use crate::proxy::headers::{
+    forwarded_for_prefix, forwarded_proto, is_forwarded_header, is_hop_by_hop_name, is_protected,
+    is_weir_header,
+};
 use http::Method;
-
-/// The fixed hop-by-hop header names (RFC 9110 §7.6.1), as `super::is_hop_by_hop`.
-fn is_hop_by_hop(name: &str) -> bool {
-    let n = name.as_bytes();
-    let eq = |s: &str| n.eq_ignore_ascii_case(s.as_bytes());
-    match n.len() {
-        2 => eq("te"),
-        7 => eq("trailer") || eq("upgrade"),
-        10 => eq("connection") || eq("keep-alive"),
-        16 => eq("proxy-connection"),
-        17 => eq("transfer-encoding"),
-        _ => false,
-    }
-}
 
 fn named(name: &str, want: &str) -> bool {
     name.len() == want.len() && name.eq_ignore_ascii_case(want)
@@ -55,14 +45,14 @@ impl<'b> Listed<'b> {
 }
 
 /// What `Connection` says: close after this message, and what else to strip
-/// (never a header the proxy depends on, `crate::proxy::is_protected`).
+/// (never a header the proxy depends on, `is_protected`).
 /// `None` when it names `upgrade` or more names than fit.
 fn connection_tokens<'b>(value: &'b [u8], close: &mut bool, listed: &mut Listed<'b>) -> Option<()> {
     let v = std::str::from_utf8(value).ok()?;
     for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         if t.eq_ignore_ascii_case("close") {
             *close = true;
-        } else if t.eq_ignore_ascii_case("keep-alive") || crate::proxy::is_protected(t) {
+        } else if t.eq_ignore_ascii_case("keep-alive") || is_protected(t) {
         } else if t.eq_ignore_ascii_case("upgrade") || !listed.push(t) {
             return None;
         }
@@ -171,28 +161,27 @@ pub fn write_upstream_head(
     let mut forwarded_for: Option<&[u8]> = None;
     for h in headers {
         let n = h.name;
-        if is_hop_by_hop(n) || req.listed.contains(n) || crate::proxy::is_weir_header(n) {
+        if is_hop_by_hop_name(n.as_bytes()) || req.listed.contains(n) || is_weir_header(n) {
             continue;
         }
-        if named(n, "x-forwarded-for") {
-            forwarded_for.get_or_insert(h.value);
-            continue;
-        }
-        if named(n, "x-forwarded-proto") || named(n, "x-forwarded-host") {
+        if is_forwarded_header(n) {
+            if n.len() == "x-forwarded-for".len() {
+                forwarded_for.get_or_insert(h.value);
+            }
             continue;
         }
         push_header(out, n.as_bytes(), h.value);
     }
     out.extend_from_slice(b"x-forwarded-for: ");
-    match forwarded_for.and_then(crate::routing::as_visible_str) {
-        Some(prev) if !prev.trim().is_empty() => {
-            out.extend_from_slice(prev.as_bytes());
-            out.extend_from_slice(b", ");
-        }
-        _ => {}
+    if let Some(prev) = forwarded_for_prefix(forwarded_for.and_then(crate::routing::as_visible_str))
+    {
+        out.extend_from_slice(prev.as_bytes());
+        out.extend_from_slice(b", ");
     }
     out.extend_from_slice(peer_ip.as_bytes());
-    out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
+    out.extend_from_slice(b"\r\n");
+    // The fast path serves clear-text connections only.
+    push_header(out, b"x-forwarded-proto", forwarded_proto(false).as_bytes());
     push_header(out, b"x-forwarded-host", req.host.as_bytes());
     out.extend_from_slice(b"\r\n");
 }
@@ -332,7 +321,10 @@ pub fn write_client_head(
     let mut has_date = false;
     for h in resp.headers.iter() {
         let n = h.name;
-        if is_hop_by_hop(n) || listed.contains(n) || (overflow && strip_listed(resp.headers, n)) {
+        if is_hop_by_hop_name(n.as_bytes())
+            || listed.contains(n)
+            || (overflow && strip_listed(resp.headers, n))
+        {
             continue;
         }
         // A 204 never carries Content-Length (RFC 9110 §8.6), as hyper writes it.
@@ -378,7 +370,7 @@ fn strip_listed(headers: &[httparse::Header<'_>], name: &str) -> bool {
             std::str::from_utf8(h.value)
                 .unwrap_or("")
                 .split(',')
-                .any(|t| named(t.trim(), name) && !crate::proxy::is_protected(name))
+                .any(|t| named(t.trim(), name) && !is_protected(name))
         })
 }
 

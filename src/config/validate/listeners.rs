@@ -1,0 +1,260 @@
+//! Listeners (with TLS termination), the admin listener and the `proxy:` settings.
+
+use super::*;
+
+pub(super) fn validate_listeners(
+    raw: &[RawListener],
+    base: &Path,
+    errs: &mut Errors,
+) -> Vec<ListenerConfig> {
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut addrs = BTreeSet::new();
+    for (i, l) in raw.iter().enumerate() {
+        let path = format!("listeners[{i}]");
+        if l.name.trim().is_empty() {
+            errs.push(format!("{path}.name"), "must not be empty");
+        } else if !names.insert(l.name.clone()) {
+            errs.push(
+                format!("{path}.name"),
+                format!("duplicate listener name {:?}", l.name),
+            );
+        }
+        let addr = match l.address.parse::<SocketAddr>() {
+            Ok(a) => {
+                if a.port() != 0 && !addrs.insert(a) {
+                    errs.push(
+                        format!("{path}.address"),
+                        format!("address {a} is used twice"),
+                    );
+                }
+                Some(a)
+            }
+            Err(_) => {
+                errs.push(
+                    format!("{path}.address"),
+                    format!(
+                        "expected ip:port such as 0.0.0.0:8080 (got {:?})",
+                        l.address
+                    ),
+                );
+                None
+            }
+        };
+        let tls = l
+            .tls
+            .as_ref()
+            .map(|t| validate_listener_tls(&format!("{path}.tls"), t, base, errs));
+        if let Some(address) = addr {
+            out.push(ListenerConfig {
+                name: l.name.clone(),
+                address,
+                tls,
+            });
+        }
+    }
+    out
+}
+
+/// Both TLS forms of a listener; every file is read and parsed so that a
+/// bad certificate is a config error with its field path, not a start-up
+/// failure.
+pub(super) fn validate_listener_tls(
+    path: &str,
+    t: &RawTls,
+    base: &Path,
+    errs: &mut Errors,
+) -> ListenerTls {
+    let mut pairs: Vec<(String, Option<&String>, Option<&String>)> = Vec::new();
+    if t.cert_file.is_some() || t.key_file.is_some() {
+        pairs.push((path.to_string(), t.cert_file.as_ref(), t.key_file.as_ref()));
+    }
+    for (i, c) in t.certificates.iter().enumerate() {
+        pairs.push((
+            format!("{path}.certificates[{i}]"),
+            Some(&c.cert_file),
+            Some(&c.key_file),
+        ));
+    }
+    if pairs.is_empty() {
+        errs.push(
+            path,
+            "set certFile and keyFile, or a certificates list of {certFile, keyFile}",
+        );
+    }
+    let mut certificates = Vec::new();
+    for (p, cert, key) in pairs {
+        let (Some(cert), Some(key)) = (cert, key) else {
+            let missing = if cert.is_none() {
+                "certFile"
+            } else {
+                "keyFile"
+            };
+            errs.push(format!("{p}.{missing}"), "certFile and keyFile go together");
+            continue;
+        };
+        let files = CertFiles {
+            cert_file: base.join(cert),
+            key_file: base.join(key),
+        };
+        match crate::config::tls::load_pair(&files.cert_file, &files.key_file) {
+            Ok(_) => {}
+            Err(crate::config::tls::PairError::Cert(m)) => errs.push(format!("{p}.certFile"), m),
+            Err(crate::config::tls::PairError::Key(m)) => errs.push(format!("{p}.keyFile"), m),
+        }
+        certificates.push(files);
+    }
+    ListenerTls { certificates }
+}
+
+pub(super) fn validate_admin(
+    raw: Option<&RawAdmin>,
+    base: &Path,
+    errs: &mut Errors,
+) -> AdminConfig {
+    let default = AdminConfig {
+        address: SocketAddr::from(([127, 0, 0, 1], 9901)),
+        token: None,
+    };
+    let Some(a) = raw else { return default };
+    let address = match a.address.parse::<SocketAddr>() {
+        Ok(addr) => addr,
+        Err(_) => {
+            errs.push(
+                "admin.address",
+                format!(
+                    "expected ip:port such as 127.0.0.1:9901 (got {:?})",
+                    a.address
+                ),
+            );
+            return default;
+        }
+    };
+    let token = match &a.token_file {
+        None => None,
+        Some(f) => match std::fs::read_to_string(base.join(f)) {
+            Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
+            Ok(_) => {
+                errs.push(
+                    "admin.tokenFile",
+                    "the token must be at least 16 characters",
+                );
+                None
+            }
+            Err(e) => {
+                errs.push("admin.tokenFile", format!("cannot read {f}: {e}"));
+                None
+            }
+        },
+    };
+    if token.is_none() && a.token_file.is_none() && !address.ip().is_loopback() {
+        errs.push(
+            "admin.tokenFile",
+            format!("required because admin.address {address} is not a loopback address"),
+        );
+    }
+    AdminConfig { address, token }
+}
+
+pub(super) fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {
+    let d = ProxySettings::default();
+    let Some(p) = raw else { return d };
+    ProxySettings {
+        upstream_idle_timeout: errs.duration(
+            "proxy.upstreamIdleTimeout",
+            &p.upstream_idle_timeout,
+            d.upstream_idle_timeout,
+        ),
+        upstream_max_idle_per_host: errs.int_in(
+            "proxy.upstreamMaxIdlePerHost",
+            p.upstream_max_idle_per_host,
+            0,
+            65536,
+            256,
+        ) as usize,
+        connect_timeout: errs.duration(
+            "proxy.connectTimeout",
+            &p.connect_timeout,
+            d.connect_timeout,
+        ),
+        header_read_timeout: errs.duration(
+            "proxy.headerReadTimeout",
+            &p.header_read_timeout,
+            d.header_read_timeout,
+        ),
+        drain_timeout: errs.duration("proxy.drainTimeout", &p.drain_timeout, d.drain_timeout),
+        access_log: p.access_log.unwrap_or(false),
+        http1_fast_path: p.http1_fast_path.unwrap_or(true),
+        // hyper refuses a read buffer under 8 KiB.
+        max_header_bytes: errs.int_in(
+            "proxy.maxHeaderBytes",
+            p.max_header_bytes,
+            8192,
+            1 << 20,
+            d.max_header_bytes as i64,
+        ) as usize,
+        max_headers: errs.int_in(
+            "proxy.maxHeaders",
+            p.max_headers,
+            1,
+            10_000,
+            d.max_headers as i64,
+        ) as usize,
+        max_uri_bytes: errs.int_in(
+            "proxy.maxUriBytes",
+            p.max_uri_bytes,
+            64,
+            65_534,
+            d.max_uri_bytes as i64,
+        ) as usize,
+        body_idle_timeout: errs.duration(
+            "proxy.bodyIdleTimeout",
+            &p.body_idle_timeout,
+            d.body_idle_timeout,
+        ),
+        request_body_timeout: p
+            .request_body_timeout
+            .is_some()
+            .then(|| {
+                errs.duration(
+                    "proxy.requestBodyTimeout",
+                    &p.request_body_timeout,
+                    Duration::ZERO,
+                )
+            })
+            .filter(|d| !d.is_zero()),
+        tunnel_idle_timeout: errs.duration(
+            "proxy.tunnelIdleTimeout",
+            &p.tunnel_idle_timeout,
+            d.tunnel_idle_timeout,
+        ),
+        max_connections: errs.int_in(
+            "proxy.maxConnections",
+            p.max_connections,
+            1,
+            1_000_000,
+            d.max_connections as i64,
+        ) as usize,
+        http2_max_concurrent_streams: errs.int_in(
+            "proxy.http2MaxConcurrentStreams",
+            p.http2_max_concurrent_streams,
+            1,
+            1_000_000,
+            d.http2_max_concurrent_streams as i64,
+        ) as u32,
+        http2_max_pending_accept_reset_streams: errs.int_in(
+            "proxy.http2MaxPendingAcceptResetStreams",
+            p.http2_max_pending_accept_reset_streams,
+            1,
+            100_000,
+            d.http2_max_pending_accept_reset_streams as i64,
+        ) as usize,
+        http2_max_local_error_reset_streams: errs.int_in(
+            "proxy.http2MaxLocalErrorResetStreams",
+            p.http2_max_local_error_reset_streams,
+            1,
+            100_000,
+            d.http2_max_local_error_reset_streams as i64,
+        ) as usize,
+    }
+}

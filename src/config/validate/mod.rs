@@ -1,0 +1,210 @@
+//! Validation and compilation of raw configuration. Every check pushes an
+//! error with its field path and carries on, so a user sees all problems at
+//! once. Only a config with zero errors is turned into runtime values.
+//!
+//! One file per part of the document: [`listeners`] (and admin, proxy settings),
+//! [`backends`], [`routes`] (matches, affinity), [`canary`]; [`types`] holds the
+//! validated values they produce. The children share this module's imports and
+//! its error collector.
+
+mod backends;
+mod canary;
+mod canary_types;
+mod listeners;
+mod routes;
+mod types;
+
+use backends::*;
+pub use canary::defaults as canary_defaults;
+use canary::*;
+pub use canary::{
+    CanaryAnalysis, CanaryConfig, CanaryMatches, CanaryMetric, CanaryWebhook, HookKind, MetricKind,
+    Promotion,
+};
+use listeners::*;
+use routes::*;
+pub use types::*;
+
+use super::duration::parse_duration;
+use super::locate::join_key;
+use super::raw::*;
+use super::ConfigError;
+use crate::affinity::{AffinityConfig, AffinityState, PinCookies, MIN_VALUE_LEN};
+use crate::routing::{
+    CookieProbe, HeaderEdits, HostPattern, MatchRule, MirrorPolicy, Route, RoutingTable,
+    StringMatcher,
+};
+use cookie::SameSite;
+use http::{HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Largest compiled regex accepted (bytes of the compiled program). Guards
+/// the data plane against patterns that would blow up memory or time.
+pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Longest regex source accepted.
+pub const REGEX_MAX_LEN: usize = 4096;
+
+/// Errors (`.0`, any refuses the config) and warnings (`.1`, reported only).
+struct Errors(Vec<ConfigError>, Vec<ConfigError>);
+
+impl Errors {
+    fn new() -> Self {
+        Errors(Vec::new(), Vec::new())
+    }
+
+    fn push(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.0.push(ConfigError::new(path, reason));
+    }
+
+    fn warn(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.1.push(ConfigError::new(path, reason));
+    }
+
+    fn duration(&mut self, path: &str, v: &Option<String>, default: Duration) -> Duration {
+        match v {
+            None => default,
+            Some(s) => match parse_duration(s) {
+                Ok(d) if d.is_zero() => {
+                    self.push(path, "must be greater than 0");
+                    default
+                }
+                Ok(d) => d,
+                Err(e) => {
+                    self.push(path, e);
+                    default
+                }
+            },
+        }
+    }
+
+    fn int_in(&mut self, path: &str, v: Option<i64>, lo: i64, hi: i64, default: i64) -> i64 {
+        match v {
+            None => default,
+            Some(n) if n < lo || n > hi => {
+                self.push(path, format!("must be between {lo} and {hi} (got {n})"));
+                default
+            }
+            Some(n) => n,
+        }
+    }
+}
+
+/// Validates a whole file's worth of configuration.
+pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>> {
+    let mut errs = Errors::new();
+    let listeners = validate_listeners(&raw.listeners, base, &mut errs);
+    let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
+    let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
+    let mut table_raw = RawTable {
+        backends: raw.backends,
+        routes: raw.routes,
+    };
+    // Files named in the table are relative to the config file; the table
+    // is also written through the API, which has no directory, so the paths
+    // are made absolute here, once.
+    for b in table_raw.backends.values_mut() {
+        if let Some(ca) = b.tls.as_mut().and_then(|t| t.ca_file.as_mut()) {
+            *ca = base.join(&*ca).to_string_lossy().into_owned();
+        }
+    }
+    let table = compile_into(&table_raw, &mut errs);
+    let canaries = validate_canaries(&raw.canaries, &table_raw, base, &mut errs);
+    let rollout = RolloutSettings {
+        state_dir: raw
+            .rollout
+            .as_ref()
+            .and_then(|r| r.state_dir.as_ref())
+            .map(|d| base.join(d)),
+    };
+    let cluster = raw.cluster.as_ref().and_then(|c| {
+        crate::config::cluster::validate(c)
+            .map_err(|list| {
+                for (path, reason) in list {
+                    errs.push(path, reason);
+                }
+            })
+            .ok()
+    });
+    if !errs.0.is_empty() {
+        return Err(errs.0);
+    }
+    Ok(Config {
+        listeners,
+        admin,
+        table: table.expect("no errors implies a table"),
+        canaries,
+        proxy,
+        rollout,
+        cluster,
+        warnings: errs.1,
+    })
+}
+
+/// Validates and compiles backends + routes (used by the loader and by every
+/// API write).
+pub fn compile_table(raw: &RawTable) -> Result<TableSpec, Vec<ConfigError>> {
+    let mut errs = Errors::new();
+    let t = compile_into(raw, &mut errs);
+    match t {
+        Some(t) if errs.0.is_empty() => Ok(t),
+        _ => Err(errs.0),
+    }
+}
+
+fn compile_into(raw: &RawTable, errs: &mut Errors) -> Option<TableSpec> {
+    let before = errs.0.len();
+    let mut backends = BTreeMap::new();
+    for (name, b) in &raw.backends {
+        let path = join_key("backends", name);
+        if let Some(spec) = validate_backend(&path, name, b, errs) {
+            backends.insert(name.clone(), spec);
+        }
+    }
+    let mut names = BTreeSet::new();
+    let mut routes = Vec::new();
+    for (i, r) in raw.routes.iter().enumerate() {
+        let path = format!("routes[{i}]");
+        if !names.insert(r.name.as_str()) {
+            errs.push(
+                format!("{path}.name"),
+                format!("duplicate route name {:?}", r.name),
+            );
+        }
+        if let Some(route) = compile_route(&path, r, raw, errs) {
+            routes.push(route);
+        }
+    }
+    // Two routes with the same host and prefix: the second could never match.
+    let mut seen = BTreeSet::new();
+    for (i, r) in raw.routes.iter().enumerate() {
+        let prefix = r.path_prefix.clone().unwrap_or_else(|| "/".into());
+        let hosts: Vec<String> = if r.hosts.is_empty() {
+            vec![String::new()]
+        } else {
+            r.hosts.iter().map(|h| h.to_ascii_lowercase()).collect()
+        };
+        for h in hosts {
+            if !seen.insert((h.clone(), prefix.clone())) {
+                errs.push(
+                    format!("routes[{i}].pathPrefix"),
+                    format!(
+                        "another route already serves host {:?} with prefix {prefix:?}; this route could never match",
+                        if h.is_empty() { "*" } else { &h }
+                    ),
+                );
+            }
+        }
+    }
+    if errs.0.len() > before {
+        return None;
+    }
+    Some(TableSpec {
+        raw: raw.clone(),
+        routing: RoutingTable::new(routes),
+        backends,
+    })
+}

@@ -1,0 +1,317 @@
+//! `weir ctl`: the command-line client of the control API.
+//!
+//! Every command is a few HTTP/1.1 requests to the admin listener (hyper-util's
+//! pooled client; plain HTTP, as the admin API binds loopback by default).
+//! Output is a readable table, or the API's JSON with `--json`. API errors are
+//! printed as `error: <reason> (field ...)` and exit 1.
+//!
+//! `watch` polls `/api/v1/stats` every `--interval`: on a terminal it redraws
+//! one screen in place, when piped it prints one plain line per route and
+//! tick (so it can be logged or grepped). It stops on Ctrl-C or after
+//! `--count` ticks.
+
+mod client;
+mod views;
+mod watch;
+
+pub use client::ApiClient;
+use client::*;
+use views::*;
+use watch::*;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, ETAG, IF_MATCH};
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use std::fmt;
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+/// How to reach the API and how to print.
+#[derive(Debug, Clone)]
+pub struct CtlOptions {
+    /// Base URL of the admin API, e.g. `http://127.0.0.1:9901`.
+    pub api: String,
+    /// Bearer token (read from `--token-file`).
+    pub token: Option<String>,
+    /// Print the API's JSON instead of tables.
+    pub json: bool,
+    /// Redraw in place (`watch` on a terminal) instead of printing lines.
+    pub redraw: bool,
+}
+
+/// One `weir ctl` command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CtlCommand {
+    /// Readiness, table version, routes with their weights and idle slots.
+    Status,
+    /// The routes of the table.
+    Routes,
+    /// Windowed stats per route and role.
+    Stats {
+        /// Only this route.
+        route: Option<String>,
+        /// Window, e.g. `60s`.
+        window: String,
+    },
+    /// Set a route's canary weight.
+    SetWeight {
+        /// Route name.
+        route: String,
+        /// New weight (the API checks 0..=100).
+        weight: i64,
+    },
+    /// Live view of weights, success rates and p99 per role.
+    Watch {
+        /// Only this route.
+        route: Option<String>,
+        /// Stats window, e.g. `10s`.
+        window: String,
+        /// Time between refreshes.
+        interval: Duration,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        count: Option<u64>,
+    },
+    /// Fleet coordination: replicas, shards, heartbeats, owned canaries.
+    Cluster,
+}
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum CtlError {
+    /// Could not talk to the API at all.
+    Transport(String),
+    /// The API answered with an error.
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The `reason` of the error body (or the body).
+        reason: String,
+        /// The `field` of the error body, if any.
+        field: Option<String>,
+    },
+    /// Bad local input (URL, token file, output).
+    Usage(String),
+}
+
+impl fmt::Display for CtlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CtlError::Transport(m) => write!(f, "{m}"),
+            CtlError::Api {
+                status,
+                reason,
+                field: Some(field),
+            } if !field.is_empty() => write!(f, "{reason} (field {field}, HTTP {status})"),
+            CtlError::Api { status, reason, .. } => write!(f, "{reason} (HTTP {status})"),
+            CtlError::Usage(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for CtlError {}
+
+impl From<std::io::Error> for CtlError {
+    fn from(e: std::io::Error) -> Self {
+        CtlError::Usage(format!("cannot write output: {e}"))
+    }
+}
+
+/// Reads a token file (trimmed; must not be empty).
+pub fn read_token_file(path: &std::path::Path) -> Result<String, CtlError> {
+    let t = std::fs::read_to_string(path)
+        .map_err(|e| CtlError::Usage(format!("cannot read {}: {e}", path.display())))?;
+    let t = t.trim().to_string();
+    if t.is_empty() {
+        return Err(CtlError::Usage(format!("{} is empty", path.display())));
+    }
+    Ok(t)
+}
+
+/// Runs one command, writing to `out`.
+pub async fn run(
+    opts: &CtlOptions,
+    cmd: &CtlCommand,
+    out: &mut (dyn Write + Send),
+) -> Result<(), CtlError> {
+    let api = ApiClient::new(&opts.api, opts.token.clone())?;
+    match cmd {
+        CtlCommand::Status => status(&api, opts, out).await,
+        CtlCommand::Routes => routes(&api, opts, out).await,
+        CtlCommand::Stats { route, window } => {
+            let v = fetch_stats(&api, route.as_deref(), window).await?;
+            if opts.json {
+                writeln!(out, "{}", pretty(&v))?;
+            } else {
+                write!(out, "{}", stats_table(&v))?;
+            }
+            Ok(())
+        }
+        CtlCommand::SetWeight { route, weight } => {
+            set_weight(&api, opts, route, *weight, out).await
+        }
+        CtlCommand::Watch {
+            route,
+            window,
+            interval,
+            count,
+        } => watch(&api, opts, route.as_deref(), window, *interval, *count, out).await,
+        CtlCommand::Cluster => {
+            let v = api
+                .ok(Method::GET, "/api/v1/cluster", None, None)
+                .await?
+                .json()?;
+            if opts.json {
+                writeln!(out, "{}", pretty(&v))?;
+            } else {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
+                let doc = serde_json::from_value(v).map_err(|e| {
+                    CtlError::Transport(format!("unexpected cluster document: {e}"))
+                })?;
+                write!(out, "{}", crate::cluster::api::render_doc(&doc, now))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Renders rows as aligned columns (two spaces apart).
+pub fn render_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let pad = widths[i].saturating_sub(c.chars().count());
+                l.push_str(c);
+                l.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        s.push_str(l.trim_end());
+        s.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    s
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The backend a new version can be deployed to without touching traffic:
+/// the canary slot of a route that sends it nothing (weight 0, no match
+/// rules, no mirroring).
+fn idle_slot(route: &Value) -> Option<&str> {
+    let canary = route.get("canary").and_then(Value::as_str)?;
+    let weight = route
+        .get("canaryWeight")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let has_match = route
+        .get("match")
+        .and_then(Value::as_array)
+        .is_some_and(|m| !m.is_empty());
+    let mirror_on = route
+        .get("mirror")
+        .is_some_and(|m| m.get("enabled").and_then(Value::as_bool) != Some(false));
+    (weight == 0 && !has_match && !mirror_on).then_some(canary)
+}
+
+fn fmt_pct(v: &Value) -> String {
+    v.as_f64()
+        .map(|p| format!("{p:.2}%"))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn fmt_ms(v: &Value) -> String {
+    match v.as_f64() {
+        Some(ms) if ms >= 1000.0 => format!("{:.2}s", ms / 1000.0),
+        Some(ms) => format!("{ms:.1}ms"),
+        None => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_alignment() {
+        let t = render_table(
+            &["A", "BB"],
+            &[
+                vec!["long-cell".into(), "x".into()],
+                vec!["y".into(), "".into()],
+            ],
+        );
+        assert_eq!(t, "A          BB\nlong-cell  x\ny\n");
+    }
+
+    #[test]
+    fn idle_slot_rules() {
+        let r = serde_json::json!({"canary": "green", "canaryWeight": 0});
+        assert_eq!(idle_slot(&r), Some("green"));
+        let r = serde_json::json!({"canary": "green", "canaryWeight": 5});
+        assert_eq!(idle_slot(&r), None);
+        let r = serde_json::json!({"canary": "green", "mirror": {"weight": 10}});
+        assert_eq!(idle_slot(&r), None);
+        let r = serde_json::json!({"canary": "green", "mirror": {"enabled": false}});
+        assert_eq!(idle_slot(&r), Some("green"));
+        let r = serde_json::json!({"primary": "blue"});
+        assert_eq!(idle_slot(&r), None);
+    }
+
+    #[test]
+    fn piped_watch_line() {
+        let v = serde_json::json!({"windowSecs": 10, "routes": [{
+            "route": "app", "canaryWeight": 10, "canary": "g", "windowSecs": 10,
+            "roles": {
+                "primary": {"requests": 10, "rps": 1.0, "successRate": 100.0, "p99Ms": 2.5},
+                "canary": {"requests": 0, "rps": 0.0, "successRate": null, "p99Ms": null},
+                "mirror": {"requests": 0}
+            }
+        }]});
+        assert_eq!(
+            watch_lines(&v, "T"),
+            "T route=app weight=10 primary: rps=1.0 success=100.00% p99=2.5ms canary: rps=0.0 success=- p99=-\n"
+        );
+    }
+
+    #[test]
+    fn segments_are_encoded() {
+        assert_eq!(encode_segment("app-1.x"), "app-1.x");
+        assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
+    }
+}

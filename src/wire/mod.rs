@@ -1,0 +1,16 @@
+//! The admin API's JSON documents as types, defined once for the server and its
+//! clients (`weir ctl`, the remote data plane, the cluster view), each deriving both
+//! `Serialize` and `Deserialize`.
+//!
+//! A client reads a document by parsing it into its type, never by walking untyped
+//! JSON: a missing or renamed required field is a parse error naming the field, so
+//! it cannot read as a default ("ready", "no members"). A field the server may leave
+//! out is an `Option`.
+//!
+//! This module sits at the bottom of the layering: it depends on serde and std only.
+
+pub mod cluster;
+pub mod error;
+
+#[cfg(test)]
+mod tests;
