@@ -17,6 +17,7 @@
 //!   the hyper path (`proxy::service`, also HTTP/2 and TLS) through `proxy::server`; upstream clients, errors,
 //!   mirroring.
 //! - [`stats`]: PURE windowed success rate and latency histograms.
+//! - [`clock`]: the time the long-running drivers read and wait on (system, or tokio's paused time in tests).
 //! - [`wire`]: the admin API's JSON documents as types (Serialize + Deserialize), shared by the server and its clients.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
@@ -46,6 +47,7 @@
 pub mod affinity;
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod control;

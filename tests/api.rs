@@ -980,19 +980,11 @@ async fn sse_receives_table_changes_and_engine_events() {
 
 // ------------------------------------------------------------ metrics
 
-/// A local address nobody listens on (connect refused).
-async fn dead_addr() -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
-}
-
 #[tokio::test]
 async fn metrics_export_the_documented_series() {
     let blue = echo("v1").await;
     let green = echo("v2").await;
-    let dead = dead_addr().await;
+    let (_held, dead) = refusing_addr();
     let yaml = format!(
         "{}  dead:\n    endpoints: [\"{dead}\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n    canaryWeight: 0\n    mirror: {{ weight: 100 }}\n  - name: broken\n    pathPrefix: /broken\n    primary: dead\n",
         format_args!("backends:\n  app-blue:\n    endpoints: [\"{}\"]\n  app-green:\n    endpoints: [\"{}\"]\n", blue.addr, green.addr),

@@ -216,9 +216,7 @@ async fn token_file_is_sent_and_required() {
 
 #[tokio::test]
 async fn unreachable_api_is_a_clear_error() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
+    let (_held, addr) = refusing_addr();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["ctl", "--api", &format!("http://{addr}"), "routes"])

@@ -17,9 +17,14 @@
 //!
 //! A driver holds only a `Weak` reference between ticks: when a table write removes
 //! its backend, it ends on its own.
+//!
+//! The waits go through the injected [`Clock`] ([`spawn_with_clock`]); the tick's time
+//! is the endpoint clock ([`now_ms`]), which the request path's outlier ejection
+//! shares and which already follows tokio's clock, so paused time drives both.
 
 use super::health::{HealthConfig, ProbeResult};
 use super::runtime::{now_ms, EndpointControl, EndpointEvent};
+use crate::clock::Clock;
 use crate::dataplane::backend::Backend;
 use crate::dataplane::store::TableStore;
 use bytes::Bytes;
@@ -85,6 +90,16 @@ pub fn probe_client() -> ProbeClient {
 pub fn spawn(
     store: Arc<TableStore>,
     opts: DriverOptions,
+    shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    spawn_with_clock(store, opts, Clock::system(), shutdown)
+}
+
+/// [`spawn`] with the drivers waiting on `clock`.
+pub fn spawn_with_clock(
+    store: Arc<TableStore>,
+    opts: DriverOptions,
+    clock: Clock,
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -109,6 +124,7 @@ pub fn spawn(
                     Arc::downgrade(&backend),
                     client.clone(),
                     opts.clone(),
+                    clock,
                     shutdown.clone(),
                 ));
             }
@@ -138,6 +154,7 @@ pub async fn drive(
     backend: Weak<Backend>,
     client: ProbeClient,
     opts: Arc<DriverOptions>,
+    clock: Clock,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let Some(wake) = backend.upgrade().map(|b| b.control().waker()) else {
@@ -161,7 +178,7 @@ pub async fn drive(
         forwarded = forward_events(b.control(), forwarded, opts.on_event.as_ref());
         drop(b);
         tokio::select! {
-            _ = tokio::time::sleep(plan.interval) => {}
+            _ = clock.sleep(plan.interval) => {}
             _ = wake.notified() => {}
             r = shutdown.changed() => {
                 if r.is_err() {

@@ -18,6 +18,17 @@ use tokio::net::{TcpListener, TcpStream};
 use weir::app::RunningApp;
 use weir::echo::{EchoHandle, EchoOptions};
 
+/// A loopback address whose connects are refused, held for as long as the returned
+/// socket lives: it is bound but never listens, so the kernel answers every connect
+/// with a reset and no other test (or process) can be handed the port meanwhile, as
+/// could happen to a port bound, dropped and reused by number.
+pub fn refusing_addr() -> (tokio::net::TcpSocket, SocketAddr) {
+    let s = tokio::net::TcpSocket::new_v4().expect("socket");
+    s.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+    let addr = s.local_addr().expect("local addr");
+    (s, addr)
+}
+
 /// Starts an echo backend answering `version`.
 pub async fn echo(version: &str) -> EchoHandle {
     echo_with(version, 0.0, Duration::ZERO).await

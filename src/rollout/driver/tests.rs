@@ -1,0 +1,324 @@
+//! The engine's restart, owed-write and take-over paths on tokio's paused time: the
+//! clock is injected ([`Clock::tokio_at`]), so an analysis interval of a minute passes
+//! in no real time and "nothing stepped yet" is checked on the paused clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{watch, RwLock};
+
+use super::*;
+use crate::cluster::{BoxFuture, DriveGuard, Ownership, Peer, SaveError};
+use crate::rollout::convert::{canary_def, CanaryDef, RouteChange};
+use crate::rollout::dataplane::{
+    BackendView, DataPlane, DpError, Fleet, InProcess, RoleStats, RouteRead,
+};
+use crate::rollout::machine::{CanaryState, ManualCommand, Phase};
+
+/// The analysis interval of the test canary.
+const INTERVAL: Duration = Duration::from_secs(60);
+
+/// One poll's step on the paused clock: far below the interval, so a poll cannot
+/// stand in for a tick.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Polls (on the paused clock) at most this many times for a condition.
+const POLLS: usize = 10_000;
+
+/// Two slots, route `app`, canary `app`: no metrics (every tick passes), stepWeight 10.
+fn config() -> crate::config::Config {
+    let yaml = "listeners:\n  - name: http\n    address: 127.0.0.1:0\nbackends:\n  app-blue:\n    endpoints: [\"127.0.0.1:9001\"]\n  app-green:\n    endpoints: [\"127.0.0.1:9002\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 1m\n      threshold: 2\n      maxWeight: 50\n      stepWeight: 10\n";
+    crate::config::parse_yaml(yaml, "test.yaml", std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn clock() -> Clock {
+    Clock::tokio_at(1_700_000_000_000)
+}
+
+fn store_weight(store: &TableStore) -> i64 {
+    store.load().spec.raw.routes[0].canary_weight.unwrap_or(0)
+}
+
+/// Polls canary `app`'s status until `f` holds, advancing the paused clock by [`POLL`]
+/// per poll.
+async fn until(en: &Engine, what: &str, f: impl Fn(&CanaryStatus) -> bool) -> CanaryStatus {
+    for _ in 0..POLLS {
+        let s = en.status("app").expect("canary app");
+        if f(&s) {
+            return s;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    panic!("never: {what}; {:#?}", en.status("app"));
+}
+
+async fn start_run(en: &Engine) {
+    until(en, "initialised", |s| s.phase == Phase::Initialized).await;
+    let out = en
+        .command(
+            "app",
+            ManualCommand::Start {
+                revision: "v2".into(),
+            },
+        )
+        .await
+        .expect("delivered");
+    assert!(out.accepted, "{}", out.message);
+}
+
+fn def(cfg: &crate::config::Config) -> CanaryDef {
+    canary_def(&cfg.canaries[0])
+}
+
+fn in_process(store: &Arc<TableStore>) -> Arc<InProcess> {
+    Arc::new(InProcess::new(store.clone(), Instant::now(), "engine:app"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_engine_reasserts_the_run_and_waits_one_interval() {
+    let cfg = config();
+    let dir = std::env::temp_dir().join(format!("weir-driver-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = clock();
+    let opts = |store: &Arc<TableStore>| EngineOptions {
+        state_dir: Some(dir.clone()),
+        local: Some(LocalPlane {
+            store: store.clone(),
+            started: Instant::now(),
+        }),
+        clock,
+        ..Default::default()
+    };
+    let first = TableStore::new(cfg.table.clone());
+    let en = Engine::start(&cfg.canaries, opts(&first)).expect("engine");
+    start_run(&en).await;
+    until(&en, "two steps", |s| s.canary_weight == 20).await;
+    assert_eq!(store_weight(&first), 20);
+    en.shutdown().await;
+
+    // The proxy restarted too: its table is the config file's (weight 0).
+    let second = TableStore::new(cfg.table.clone());
+    assert_eq!(store_weight(&second), 0);
+    let en = Engine::start(&cfg.canaries, opts(&second)).expect("engine");
+    let s = until(&en, "re-asserted", |s| {
+        s.events.iter().any(|e| e.reason == "Restored") && s.pending_writes == 0
+    })
+    .await;
+    assert_eq!(s.phase, Phase::Progressing, "{s:#?}");
+    for _ in 0..POLLS {
+        if store_weight(&second) == 20 {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    assert_eq!(store_weight(&second), 20, "the recorded traffic is back");
+    // The first analysis after the restart waits one full interval.
+    tokio::time::sleep(INTERVAL - Duration::from_secs(1)).await;
+    assert_eq!(en.status("app").unwrap().canary_weight, 20);
+    assert_eq!(store_weight(&second), 20);
+    until(&en, "the next step", |s| s.canary_weight == 30).await;
+    en.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The in-process plane, whose writes fail while `down` is set.
+struct Flaky {
+    inner: Arc<InProcess>,
+    down: AtomicBool,
+}
+
+impl DataPlane for Flaky {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    fn read_route<'a>(&'a self, route: &'a str) -> BoxFuture<'a, Result<RouteRead, DpError>> {
+        self.inner.read_route(route)
+    }
+    fn write_route<'a>(
+        &'a self,
+        route: &'a str,
+        change: &'a RouteChange,
+        def: &'a CanaryDef,
+    ) -> BoxFuture<'a, Result<u64, DpError>> {
+        if self.down.load(Ordering::SeqCst) {
+            return Box::pin(async {
+                Err(DpError {
+                    plane: "flaky".into(),
+                    reason: "down".into(),
+                })
+            });
+        }
+        self.inner.write_route(route, change, def)
+    }
+    fn stats<'a>(
+        &'a self,
+        route: &'a str,
+        window_secs: u64,
+    ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
+        self.inner.stats(route, window_secs)
+    }
+    fn backend<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BackendView, DpError>> {
+        self.inner.backend(name)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_owed_to_a_down_plane_is_applied_once_it_is_back() {
+    let cfg = config();
+    let store = TableStore::new(cfg.table.clone());
+    let plane = Arc::new(Flaky {
+        inner: in_process(&store),
+        down: AtomicBool::new(false),
+    });
+    let en = Engine::start_on(
+        vec![(def(&cfg), Fleet::new(vec![plane.clone()]))],
+        EngineOptions {
+            clock: clock(),
+            ..Default::default()
+        },
+    );
+    start_run(&en).await;
+    until(&en, "the first step", |s| s.canary_weight == 10).await;
+    assert_eq!(store_weight(&store), 10);
+    plane.down.store(true, Ordering::SeqCst);
+    let s = until(&en, "a write owed", |s| s.pending_writes > 0).await;
+    assert_eq!(s.canary_weight, 20, "the step is decided: {s:#?}");
+    assert_eq!(store_weight(&store), 10, "but not applied");
+    // Still owed after several retries.
+    tokio::time::sleep(RETRY_MAX * 3).await;
+    assert_eq!(store_weight(&store), 10);
+    assert!(en.status("app").unwrap().pending_writes > 0);
+    plane.down.store(false, Ordering::SeqCst);
+    let s = until(&en, "the owed write applied", |s| s.pending_writes == 0).await;
+    assert_eq!(store_weight(&store), 20);
+    assert_eq!(s.canary_weight, 20, "a retry is not a step: {s:#?}");
+    en.shutdown().await;
+}
+
+/// A fleet of one test replica whose ownership the test hands over; the stored state
+/// is what the previous owner saved.
+struct Handover {
+    owned: AtomicBool,
+    stored: Mutex<Option<Vec<u8>>>,
+    changes: watch::Sender<u64>,
+    lock: Arc<RwLock<()>>,
+}
+
+impl Ownership for Handover {
+    fn may_drive<'a>(&'a self, _canary: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async { self.owned.load(Ordering::SeqCst) })
+    }
+    fn token(&self, _canary: &str) -> Option<i64> {
+        self.owned.load(Ordering::SeqCst).then_some(7)
+    }
+    fn guard<'a>(&'a self, _canary: &'a str) -> BoxFuture<'a, Option<DriveGuard>> {
+        Box::pin(async {
+            if self.owned.load(Ordering::SeqCst) {
+                Some(DriveGuard::hold(self.lock.clone(), 7).await)
+            } else {
+                None
+            }
+        })
+    }
+    fn load_state<'a>(
+        &'a self,
+        _canary: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async { Ok(self.stored.lock().unwrap().clone()) })
+    }
+    fn save_state<'a>(
+        &'a self,
+        _canary: &'a str,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), SaveError>> {
+        Box::pin(async {
+            *self.stored.lock().unwrap() = Some(data.to_vec());
+            Ok(())
+        })
+    }
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+    fn peers(&self) -> Vec<Peer> {
+        Vec::new()
+    }
+    fn owner_of(&self, _canary: &str) -> Option<Peer> {
+        None
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_owner_continues_the_stored_run() {
+    let cfg = config();
+    let store = TableStore::new(cfg.table.clone());
+    let clock = clock();
+    // The previous owner's record: progressing at 30 %, analysed just now.
+    let rec = Record {
+        format: STATE_FORMAT,
+        canary: "app".into(),
+        route: "app".into(),
+        state: CanaryState {
+            phase: Phase::Progressing,
+            canary_weight: 30,
+            revision: Some("v2".into()),
+            last_tick_ms: Some(clock.now_ms()),
+            ..CanaryState::default()
+        },
+        saved_at_ms: clock.now_ms(),
+        ..Record::default()
+    };
+    let (changes, _) = watch::channel(0);
+    let fleet = Arc::new(Handover {
+        owned: AtomicBool::new(false),
+        stored: Mutex::new(Some(serde_json::to_vec(&rec).unwrap())),
+        changes,
+        lock: Arc::new(RwLock::new(())),
+    });
+    let en = Engine::start(
+        &cfg.canaries,
+        EngineOptions {
+            local: Some(LocalPlane {
+                store: store.clone(),
+                started: Instant::now(),
+            }),
+            ownership: Some(fleet.clone()),
+            clock,
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    // Not the owner: a few follower refreshes pass and nothing is written.
+    tokio::time::sleep(FOLLOWER_REFRESH * 3).await;
+    assert_eq!(store_weight(&store), 0, "a follower writes nothing");
+    assert_eq!(en.status("app").unwrap().driven_here, Some(false));
+
+    fleet.owned.store(true, Ordering::SeqCst);
+    fleet.changes.send_modify(|v| *v += 1);
+    let s = until(&en, "taken over", |s| s.driven_here == Some(true)).await;
+    assert_eq!(s.phase, Phase::Progressing, "{s:#?}");
+    for _ in 0..POLLS {
+        if store_weight(&store) == 30 {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    assert_eq!(
+        store_weight(&store),
+        30,
+        "the stored traffic is re-asserted"
+    );
+    // Like a restart, the first analysis waits one full interval.
+    tokio::time::sleep(INTERVAL - Duration::from_secs(1)).await;
+    assert_eq!(en.status("app").unwrap().canary_weight, 30);
+    until(&en, "the next step", |s| s.canary_weight == 40).await;
+    assert_eq!(store_weight(&store), 40);
+    let saved: Record =
+        serde_json::from_slice(&fleet.stored.lock().unwrap().clone().unwrap()).expect("a record");
+    assert_eq!(
+        saved.state.canary_weight, 40,
+        "the new owner saves its steps"
+    );
+    en.shutdown().await;
+}
