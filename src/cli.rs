@@ -179,7 +179,7 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
             return ExitCode::from(2);
         }
     };
-    use crate::rollout::ctl::CanaryCommand;
+    use crate::ctl::canaries::CanaryCommand;
     let canary_cmd = match &cmd {
         CtlCmd::Watch {
             canary: Some(name),
@@ -209,7 +209,7 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
         _ => None,
     };
     if let Some(c) = canary_cmd {
-        let target = crate::rollout::ctl::Target { api, token, json };
+        let target = crate::ctl::canaries::Target { api, token, json };
         let rt = match runtime(Some(1)) {
             Ok(rt) => rt,
             Err(e) => {
@@ -218,7 +218,7 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
             }
         };
         let mut out = std::io::stdout();
-        return match rt.block_on(crate::rollout::ctl::run(&target, &c, &mut out)) {
+        return match rt.block_on(crate::ctl::canaries::run(&target, &c, &mut out)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");

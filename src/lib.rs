@@ -11,7 +11,8 @@
 //! - [`affinity`]: PURE sticky canary/primary cookies and the rule that renews their values.
 //! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).
 //! - [`dataplane`]: data-plane runtime state: the table store (one `ArcSwap`) with its snapshot and
-//!   per-route handles, backends and endpoints, mirror counters, the Prometheus registry.
+//!   per-route handles, backends, endpoint state (`dataplane::endpoints`: PURE health, outlier and
+//!   rolling-update steps, each backend's `EndpointControl`), mirror counters, the Prometheus registry.
 //! - [`proxy`]: the data plane: listeners, the request core (`proxy::phases`) and its two transports: the HTTP/1
 //!   fast path (`proxy::express`, clear-text HTTP/1.1 as bytes), which hands a connection it does not serve to
 //!   the hyper path (`proxy::service`, also HTTP/2 and TLS) through `proxy::server`; upstream clients, errors,
@@ -23,8 +24,9 @@
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
 //!   OpenAPI), its core routes and the event bus.
 //! - [`table_api`]: the admin API's table, route, backend and stats handlers.
-//! - [`ctl`]: `weir ctl`, the command-line client of the admin API.
-//! - [`endpoints`]: health checks, outlier ejection, readiness-gated rolling updates (pure steps + driver).
+//! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`).
+//! - [`endpoints`]: the endpoint feature: the tasks that probe endpoints and tick rolling updates, and the
+//!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
 //! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
@@ -33,16 +35,15 @@
 //!
 //! # Layering
 //! A module imports only modules below it (`use crate::…`), bottom to top:
-//! 1. pure: `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`;
+//! 1. pure or leaf: `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`,
+//!    `clock`, `wire`;
 //! 2. `config`;
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
 //! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`;
 //! 6. `app` (composition), `cli`, `ctl`, `demo`.
 //!
-//! One exception remains: `dataplane::backend` embeds the endpoint state machine of
-//! `endpoints` (`EndpointControl`), so `endpoints`' state parts belong in layer 3 while its
-//! driver and API are a layer-5 feature.
+//! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
 
 pub mod affinity;
 pub mod app;

@@ -8,8 +8,11 @@
 //! `watch` polls `/api/v1/stats` every `--interval`: on a terminal it redraws
 //! one screen in place, when piped it prints one plain line per route and
 //! tick (so it can be logged or grepped). It stops on Ctrl-C or after
-//! `--count` ticks.
+//! `--count` ticks. The canary commands (`weir ctl canaries ...`: list,
+//! start/promote/abort/pause/resume and `watch`, the rollout live) are in
+//! [`canaries`].
 
+pub mod canaries;
 mod client;
 mod views;
 mod watch;

@@ -11,8 +11,8 @@
 //! (`endpoints::driver`) applies one step per tick (DESIGN §7).
 
 use crate::config::{BackendSpec, LoadBalancer};
-use crate::endpoints::rolling::RollingStatus;
-use crate::endpoints::runtime::{
+use crate::dataplane::endpoints::rolling::RollingStatus;
+use crate::dataplane::endpoints::runtime::{
     now_ms, EndpointControl, EndpointsView, HealthView, RolloutSnapshot,
 };
 use arc_swap::ArcSwap;

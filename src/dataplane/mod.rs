@@ -10,10 +10,11 @@
 //! - [`mirror`]: per-route mirror counters and in-flight cap.
 //! - [`metrics`]: the per-app Prometheus registry and its per-route handles.
 //!
-//! Layering: imports `config`, `stats` and the endpoint state machine of
-//! `endpoints`; `proxy` and `control` build on it.
+//! Layering: imports only `config` and `stats`; `proxy`, `control` and the
+//! features (`endpoints`, `rollout`, `cluster`, `table_api`) build on it.
 
 pub mod backend;
+pub mod endpoints;
 pub mod idle_pool;
 pub mod metrics;
 pub mod mirror;

@@ -10,9 +10,9 @@
 //!   draining; ready, ejected, in flight), the update's counts and phase
 //!   (`Progressing`, `Complete`, `Stalled`), its deadline and recent events.
 
-use super::runtime::{EndpointsView, RolloutSnapshot};
 use crate::config::ConfigError;
 use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use crate::dataplane::endpoints::runtime::{EndpointsView, RolloutSnapshot};
 use crate::dataplane::store::{TableStore, WriteError};
 use http::header::{HeaderValue, ETAG};
 use http::{Method, StatusCode};

@@ -22,10 +22,10 @@
 //! is the endpoint clock ([`now_ms`]), which the request path's outlier ejection
 //! shares and which already follows tokio's clock, so paused time drives both.
 
-use super::health::{HealthConfig, ProbeResult};
-use super::runtime::{now_ms, EndpointControl, EndpointEvent};
 use crate::clock::Clock;
 use crate::dataplane::backend::Backend;
+use crate::dataplane::endpoints::health::{HealthConfig, ProbeResult};
+use crate::dataplane::endpoints::runtime::{now_ms, EndpointControl, EndpointEvent};
 use crate::dataplane::store::TableStore;
 use bytes::Bytes;
 use http::header::{CONNECTION, HOST, USER_AGENT};

@@ -20,8 +20,6 @@
 //!   the state file that lets a restarted weir continue a run.
 //! - [`http`]: the small HTTP client all of the above share (bounded time and size).
 //! - [`api`]: the canary endpoints of the control API (`/api/v1/canaries...`).
-//! - [`ctl`]: the canary commands of `weir ctl` (list, start/promote/abort/pause/resume,
-//!   and `watch`, the rollout live).
 //!
 //! What the engine must never do: block or slow the proxy's request path (it runs in
 //! its own tasks and writes the table through the store, one validated swap per change),
@@ -30,7 +28,7 @@
 
 pub mod api;
 pub mod convert;
-pub mod ctl;
+
 pub mod dataplane;
 pub mod driver;
 pub mod http;

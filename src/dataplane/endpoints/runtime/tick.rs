@@ -3,9 +3,9 @@
 use super::*;
 
 use crate::dataplane::backend::Endpoint;
-use crate::endpoints::health::ProbeResult;
-use crate::endpoints::outlier::Outcome;
-use crate::endpoints::rolling::{self, Action, Phase};
+use crate::dataplane::endpoints::health::ProbeResult;
+use crate::dataplane::endpoints::outlier::Outcome;
+use crate::dataplane::endpoints::rolling::{self, Action, Phase};
 use arc_swap::ArcSwap;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

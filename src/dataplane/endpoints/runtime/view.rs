@@ -3,8 +3,8 @@
 use super::*;
 
 use crate::dataplane::backend::Endpoint;
-use crate::endpoints::rolling;
-use crate::endpoints::rolling::RollingStatus;
+use crate::dataplane::endpoints::rolling;
+use crate::dataplane::endpoints::rolling::RollingStatus;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

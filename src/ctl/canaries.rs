@@ -18,10 +18,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
-use super::api::{CanaryList, CommandAnswer};
-use super::driver::{CanaryStatus, RolloutEvent};
-use super::http::HttpClient;
 use crate::ctl::{render_table, CtlError};
+use crate::rollout::api::{CanaryList, CommandAnswer};
+use crate::rollout::driver::{CanaryStatus, RolloutEvent};
+use crate::rollout::http::HttpClient;
 
 /// One canary command of `weir ctl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,7 +260,12 @@ pub async fn run(
     cmd: &CanaryCommand,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CtlError> {
-    let path = |name: &str| format!("/api/v1/canaries/{}", super::dataplane::encode(name));
+    let path = |name: &str| {
+        format!(
+            "/api/v1/canaries/{}",
+            crate::rollout::dataplane::encode(name)
+        )
+    };
     let (name, verb, body) = match cmd {
         CanaryCommand::Show { name: None } => {
             let v = call(t, Method::GET, "/api/v1/canaries", None).await?;
