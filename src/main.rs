@@ -16,7 +16,7 @@ const TRIM_THRESHOLD: i32 = 32 << 20;
 /// none). Under load the heap top then rises and falls by more than 128 KiB
 /// many times a second, and glibc gave the pages back (`brk`) only to fault
 /// them in again, zero-filled, on the next allocation: 0.34 page faults per
-/// request and about a twentieth of the proxy's CPU (`perf`, issue 8). With
+/// request and about a twentieth of the proxy's CPU (measured with `perf`). With
 /// this, 0.005 per request and the same resident memory at rest. Set in the
 /// binary, not the library: it is a process-wide choice. A
 /// `GLIBC_TUNABLES=glibc.malloc.trim_threshold=N` given by the operator wins.
