@@ -12,9 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
 use support::*;
-use weir::wire::table::{
-    BackendStatus, Readiness, Route, RouteStats, StatsDoc, Table, WriteResult,
-};
+use weir::wire::probe::Readiness;
+use weir::wire::table::{BackendStatus, Route, RouteStats, StatsDoc, Table, WriteResult};
 
 /// Parses what the server sent as `T` and checks that serialising the parse
 /// gives the server's JSON back, field for field.

@@ -2,7 +2,8 @@
 
 use super::*;
 use crate::stats::Summary;
-use crate::wire::table::{PerRole, Readiness, Route, RouteStats, StatsDoc, Table};
+use crate::wire::probe::Readiness;
+use crate::wire::table::{PerRole, Route, RouteStats, StatsDoc, Table};
 
 pub(super) async fn status(
     api: &ApiClient,

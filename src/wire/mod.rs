@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod error;
+pub mod probe;
 pub mod table;
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Round trips of the table documents and their parse of the examples in
 //! docs/api.md (read from the file itself, so the docs cannot drift).
 
+use super::probe::Readiness;
 use super::table::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
