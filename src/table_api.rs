@@ -10,10 +10,11 @@ use crate::control::api::{
 };
 use crate::dataplane::store::STATS_CAPACITY_SECS;
 use crate::proxy::service::ProxyShared;
-use crate::stats::{Role, Summary, WindowSnapshot};
+use crate::stats::Role;
+use crate::wire::table::{
+    BackendStatus, BackendUse, EndpointStatus, PerRole, RouteStats, StatsDoc, WriteResult,
+};
 use http::{Method, StatusCode};
-use serde::Serialize;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,13 +81,6 @@ fn get_table(s: &ApiState) -> Result<ApiResponse, ApiError> {
         json_response(StatusCode::OK, &snap.spec.raw),
         snap.version,
     ))
-}
-
-/// The answer to a successful write.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct WriteResult {
-    version: u64,
 }
 
 fn put_table(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
@@ -225,60 +219,6 @@ fn patch_route(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
     }
 }
 
-/// `GET /api/v1/backends/{name}`: what the proxy sends to now.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackendStatus {
-    /// Backend name.
-    pub name: String,
-    /// `round-robin` or `least-request`.
-    pub load_balancer: &'static str,
-    /// The endpoint list of the table (the desired state).
-    pub configured: Vec<String>,
-    /// Endpoints in rotation now, in order (the actual state).
-    pub endpoints: Vec<EndpointStatus>,
-    /// Routes using this backend and as what (`primary` or `canary`); a
-    /// canary slot at weight 0 is the idle slot of a blue/green pair.
-    pub routes: Vec<BackendUse>,
-    /// Path answering the endpoints' revision, if configured.
-    pub revision_path: Option<String>,
-    /// Health checks and outlier detection in force and which endpoints
-    /// pass them (`endpoints::runtime::HealthView`).
-    pub health: Option<serde_json::Value>,
-    /// The endpoint rolling update: counts, phase, deadline, every endpoint
-    /// (joining and draining too) and recent events
-    /// (`endpoints::runtime::EndpointsView`).
-    pub rolling_update: Option<serde_json::Value>,
-}
-
-/// One endpoint in rotation.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EndpointStatus {
-    /// `host:port`.
-    pub address: String,
-    /// Passing health checks (endpoints without checks are ready).
-    pub ready: bool,
-    /// Leaving the rotation: gets no new requests.
-    pub draining: bool,
-    /// Ejected by outlier detection: gets no new requests until re-admitted.
-    pub ejected: bool,
-    /// Requests in flight now.
-    pub in_flight: usize,
-}
-
-/// A route that sends traffic to a backend.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackendUse {
-    /// Route name.
-    pub route: String,
-    /// `primary` or `canary`.
-    pub role: &'static str,
-    /// The route's canary weight.
-    pub canary_weight: u8,
-}
-
 fn get_backend(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
     let name = r.param("name");
     let snap = s.store.load();
@@ -309,14 +249,14 @@ fn get_backend(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
         if route.primary == name {
             routes.push(BackendUse {
                 route: route.name.clone(),
-                role: "primary",
+                role: "primary".into(),
                 canary_weight: route.canary_weight,
             });
         }
         if route.canary.as_deref() == Some(name) {
             routes.push(BackendUse {
                 route: route.name.clone(),
-                role: "canary",
+                role: "canary".into(),
                 canary_weight: route.canary_weight,
             });
         }
@@ -327,7 +267,8 @@ fn get_backend(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
         load_balancer: match spec.load_balancer {
             LoadBalancer::RoundRobin => "round-robin",
             LoadBalancer::LeastRequest => "least-request",
-        },
+        }
+        .into(),
         configured: spec.endpoints.clone(),
         endpoints,
         routes,
@@ -339,28 +280,6 @@ fn get_backend(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
         json_response(StatusCode::OK, &status),
         snap.version,
     ))
-}
-
-/// Stats of one route in `GET /api/v1/stats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RouteStatsView {
-    /// Route name.
-    pub route: String,
-    /// Current canary weight (`null` if the route left the table).
-    pub canary_weight: Option<u8>,
-    /// Primary backend name (`null` if the route left the table).
-    pub primary: Option<String>,
-    /// Canary backend name, if any.
-    pub canary: Option<String>,
-    /// Seconds actually covered.
-    pub window_secs: u64,
-    /// Summary per role (`primary`, `canary`, `mirror`).
-    pub roles: BTreeMap<&'static str, Summary>,
-    /// The mergeable histogram snapshot per role: a remote engine sums these
-    /// over replicas ([`WindowSnapshot::merge`]) and takes percentiles of
-    /// the sum.
-    pub snapshots: BTreeMap<&'static str, WindowSnapshot>,
 }
 
 /// Parses `60s`, `1m`, `500ms`→ whole seconds in `1..=STATS_CAPACITY_SECS`.
@@ -390,22 +309,24 @@ fn get_stats(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
     let window = parse_window(r.query_param("window").as_deref())?;
     let now = stats_clock(s)?.now_sec(Instant::now());
     let snap = s.store.load();
-    let view = |name: &str| -> Option<RouteStatsView> {
+    let view = |name: &str| -> Option<RouteStats> {
         let route = snap.spec.routing.routes.iter().find(|x| x.name == name);
         let stats = match snap.spec.routing.index_of(name) {
             Some(i) => snap.routes.get(i).map(|rt| rt.stats.clone()),
             None => s.store.route_stats(name),
         }?;
-        let mut roles = BTreeMap::new();
-        let mut snapshots = BTreeMap::new();
-        let mut covered = window;
-        for role in Role::ALL {
-            let w = stats.snapshot(role, now, window);
-            covered = w.window_secs;
-            roles.insert(role.as_str(), w.summary());
-            snapshots.insert(role.as_str(), w);
-        }
-        Some(RouteStatsView {
+        let snapshots = PerRole {
+            canary: stats.snapshot(Role::Canary, now, window),
+            mirror: stats.snapshot(Role::Mirror, now, window),
+            primary: stats.snapshot(Role::Primary, now, window),
+        };
+        let roles = PerRole {
+            canary: snapshots.canary.summary(),
+            mirror: snapshots.mirror.summary(),
+            primary: snapshots.primary.summary(),
+        };
+        let covered = snapshots.mirror.window_secs;
+        Some(RouteStats {
             route: name.to_string(),
             canary_weight: route.map(|x| x.canary_weight),
             primary: route.map(|x| x.primary.clone()),
@@ -421,7 +342,7 @@ fn get_stats(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
             json_response(StatusCode::OK, &v)
         }
         None => {
-            let all: Vec<RouteStatsView> = snap
+            let all: Vec<RouteStats> = snap
                 .spec
                 .routing
                 .routes
@@ -430,7 +351,10 @@ fn get_stats(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
                 .collect();
             json_response(
                 StatusCode::OK,
-                &serde_json::json!({ "windowSecs": window, "routes": all }),
+                &StatsDoc {
+                    window_secs: window,
+                    routes: all,
+                },
             )
         }
     };

@@ -24,6 +24,14 @@ impl Reply {
         })
     }
 
+    /// The body as the API document `T`: a missing or renamed field is an
+    /// error naming it, never a default.
+    pub(super) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, CtlError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            CtlError::Transport(format!("the API answered an unexpected document: {e}"))
+        })
+    }
+
     pub(super) fn version(&self) -> Option<u64> {
         self.etag.as_deref()?.trim_matches('"').parse().ok()
     }

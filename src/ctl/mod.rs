@@ -148,7 +148,7 @@ pub async fn run(
         CtlCommand::Stats { route, window } => {
             let v = fetch_stats(&api, route.as_deref(), window).await?;
             if opts.json {
-                writeln!(out, "{}", pretty(&v))?;
+                writeln!(out, "{}", pretty(&v.json))?;
             } else {
                 write!(out, "{}", stats_table(&v))?;
             }
@@ -185,8 +185,9 @@ pub async fn run(
     }
 }
 
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+fn pretty(v: &impl serde::Serialize) -> String {
+    // Documents of the API always serialise (string keys, finite numbers).
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("(not printable: {e})"))
 }
 
 /// Renders rows as aligned columns (two spaces apart).
@@ -221,10 +222,6 @@ pub fn render_table(header: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
-fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
 fn or_dash(s: &str) -> String {
     if s.is_empty() {
         "-".into()
@@ -236,30 +233,23 @@ fn or_dash(s: &str) -> String {
 /// The backend a new version can be deployed to without touching traffic:
 /// the canary slot of a route that sends it nothing (weight 0, no match
 /// rules, no mirroring).
-fn idle_slot(route: &Value) -> Option<&str> {
-    let canary = route.get("canary").and_then(Value::as_str)?;
-    let weight = route
-        .get("canaryWeight")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    let has_match = route
-        .get("match")
-        .and_then(Value::as_array)
-        .is_some_and(|m| !m.is_empty());
+fn idle_slot(route: &crate::wire::table::Route) -> Option<&str> {
+    let canary = route.canary.as_deref()?;
+    let weight = route.canary_weight.unwrap_or(0);
+    let has_match = !route.matches.is_empty();
     let mirror_on = route
-        .get("mirror")
-        .is_some_and(|m| m.get("enabled").and_then(Value::as_bool) != Some(false));
+        .mirror
+        .as_ref()
+        .is_some_and(|m| m.enabled != Some(false));
     (weight == 0 && !has_match && !mirror_on).then_some(canary)
 }
 
-fn fmt_pct(v: &Value) -> String {
-    v.as_f64()
-        .map(|p| format!("{p:.2}%"))
-        .unwrap_or_else(|| "-".into())
+fn fmt_pct(v: Option<f64>) -> String {
+    v.map(|p| format!("{p:.2}%")).unwrap_or_else(|| "-".into())
 }
 
-fn fmt_ms(v: &Value) -> String {
-    match v.as_f64() {
+fn fmt_ms(v: Option<f64>) -> String {
+    match v {
         Some(ms) if ms >= 1000.0 => format!("{:.2}s", ms / 1000.0),
         Some(ms) => format!("{ms:.1}ms"),
         None => "-".into(),
@@ -284,28 +274,48 @@ mod tests {
 
     #[test]
     fn idle_slot_rules() {
-        let r = serde_json::json!({"canary": "green", "canaryWeight": 0});
+        let route = |v: Value| -> crate::wire::table::Route {
+            serde_json::from_value(v).expect("a route document")
+        };
+        let r = route(
+            serde_json::json!({"name": "r", "primary": "blue", "canary": "green", "canaryWeight": 0}),
+        );
         assert_eq!(idle_slot(&r), Some("green"));
-        let r = serde_json::json!({"canary": "green", "canaryWeight": 5});
+        let r = route(
+            serde_json::json!({"name": "r", "primary": "blue", "canary": "green", "canaryWeight": 5}),
+        );
         assert_eq!(idle_slot(&r), None);
-        let r = serde_json::json!({"canary": "green", "mirror": {"weight": 10}});
+        let r = route(
+            serde_json::json!({"name": "r", "primary": "blue", "canary": "green", "mirror": {"weight": 10}}),
+        );
         assert_eq!(idle_slot(&r), None);
-        let r = serde_json::json!({"canary": "green", "mirror": {"enabled": false}});
+        let r = route(
+            serde_json::json!({"name": "r", "primary": "blue", "canary": "green", "mirror": {"enabled": false}}),
+        );
         assert_eq!(idle_slot(&r), Some("green"));
-        let r = serde_json::json!({"primary": "blue"});
+        let r = route(serde_json::json!({"name": "r", "primary": "blue"}));
         assert_eq!(idle_slot(&r), None);
     }
 
     #[test]
     fn piped_watch_line() {
         let v = serde_json::json!({"windowSecs": 10, "routes": [{
-            "route": "app", "canaryWeight": 10, "canary": "g", "windowSecs": 10,
+            "route": "app", "canaryWeight": 10, "primary": "p", "canary": "g", "windowSecs": 10,
             "roles": {
-                "primary": {"requests": 10, "rps": 1.0, "successRate": 100.0, "p99Ms": 2.5},
-                "canary": {"requests": 0, "rps": 0.0, "successRate": null, "p99Ms": null},
-                "mirror": {"requests": 0}
+                "primary": {"requests": 10, "failures": 0, "clientErrors": 0, "rps": 1.0,
+                            "successRate": 100.0, "p50Ms": 1.0, "p90Ms": 2.0, "p99Ms": 2.5},
+                "canary": {"requests": 0, "failures": 0, "clientErrors": 0, "rps": 0.0,
+                           "successRate": null, "p50Ms": null, "p90Ms": null, "p99Ms": null},
+                "mirror": {"requests": 0, "failures": 0, "clientErrors": 0, "rps": 0.0,
+                           "successRate": null, "p50Ms": null, "p90Ms": null, "p99Ms": null}
+            },
+            "snapshots": {
+                "primary": {"requests": 10, "failures": 0, "windowSecs": 10, "histogram": []},
+                "canary": {"requests": 0, "failures": 0, "windowSecs": 10, "histogram": []},
+                "mirror": {"requests": 0, "failures": 0, "windowSecs": 10, "histogram": []}
             }
         }]});
+        let v = Stats::from_json(v, false).expect("a stats document");
         assert_eq!(
             watch_lines(&v, "T"),
             "T route=app weight=10 primary: rps=1.0 success=100.00% p99=2.5ms canary: rps=0.0 success=- p99=-\n"

@@ -1,6 +1,9 @@
 //! `status`, `routes`, `stats` and `set-weight`: requests and their tables.
 
 use super::*;
+use crate::stats::Summary;
+use crate::wire::probe::Readiness;
+use crate::wire::table::{PerRole, Route, RouteStats, StatsDoc, Table};
 
 pub(super) async fn status(
     api: &ApiClient,
@@ -11,7 +14,7 @@ pub(super) async fn status(
     let ready_json = ready.json().unwrap_or(Value::Null);
     let table = api.ok(Method::GET, "/api/v1/table", None, None).await?;
     let version = table.version();
-    let table_json = table.json()?;
+    let table_doc: Table = table.parse()?;
     let stats = fetch_stats(api, None, "60s").await?;
     if opts.json {
         let doc = serde_json::json!({
@@ -19,8 +22,8 @@ pub(super) async fn status(
             "ready": ready.status.is_success(),
             "readyz": ready_json,
             "tableVersion": version,
-            "table": table_json,
-            "stats": stats,
+            "table": table_doc,
+            "stats": stats.json,
         });
         writeln!(out, "{}", pretty(&doc))?;
         return Ok(());
@@ -32,32 +35,27 @@ pub(super) async fn status(
         if ready.status.is_success() {
             "ready".to_string()
         } else {
-            str_of(&ready_json, "status").to_string()
+            ready
+                .parse::<Readiness>()
+                .map(|r| r.status)
+                .unwrap_or_default()
         },
         version.map_or("?".into(), |v| v.to_string())
     )?;
-    let by_route = stats_by_route(&stats);
     let mut rows = Vec::new();
-    for r in table_json
-        .get("routes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = str_of(r, "name");
-        let s = by_route.iter().find(|s| str_of(s, "route") == name);
-        let role = |role: &str, key: &str| s.map_or(Value::Null, |s| role_stat(s, role, key));
+    for r in &table_doc.routes {
+        let s = stats.routes.iter().find(|s| s.route == r.name);
+        let rate = |role: fn(&PerRole<Summary>) -> &Summary| {
+            fmt_pct(s.and_then(|s| role(&s.roles).success_rate))
+        };
         rows.push(vec![
-            name.to_string(),
-            str_of(r, "primary").to_string(),
-            or_dash(str_of(r, "canary")),
-            r.get("canaryWeight")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-                .to_string(),
+            r.name.clone(),
+            r.primary.clone(),
+            or_dash(r.canary.as_deref().unwrap_or("")),
+            r.canary_weight.unwrap_or(0).to_string(),
             idle_slot(r).map_or("-".into(), str::to_string),
-            fmt_pct(&role("primary", "successRate")),
-            fmt_pct(&role("canary", "successRate")),
+            rate(|x| &x.primary),
+            rate(|x| &x.canary),
         ]);
     }
     writeln!(out)?;
@@ -85,60 +83,41 @@ pub(super) async fn routes(
     opts: &CtlOptions,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CtlError> {
-    let table = api.ok(Method::GET, "/api/v1/table", None, None).await?;
-    let v = table.json()?;
+    let table: Table = api
+        .ok(Method::GET, "/api/v1/table", None, None)
+        .await?
+        .parse()?;
     if opts.json {
-        writeln!(out, "{}", pretty(v.get("routes").unwrap_or(&Value::Null)))?;
+        writeln!(out, "{}", pretty(&table.routes))?;
         return Ok(());
     }
     let mut rows = Vec::new();
-    for r in v
-        .get("routes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let hosts: Vec<&str> = r
-            .get("hosts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
-        let matches = r.get("match").and_then(Value::as_array).map_or(0, Vec::len);
-        let mirror = match r.get("mirror") {
+    for r in &table.routes {
+        let mirror = match &r.mirror {
             None => "-".to_string(),
-            Some(m) if m.get("enabled").and_then(Value::as_bool) == Some(false) => "off".into(),
-            Some(m) => format!(
-                "{}%",
-                m.get("weight").and_then(Value::as_i64).unwrap_or(100)
-            ),
+            Some(m) if m.enabled == Some(false) => "off".into(),
+            Some(m) => format!("{}%", m.weight.unwrap_or(100)),
         };
         let affinity = r
-            .get("sessionAffinity")
-            .map(|a| str_of(a, "cookieName").to_string())
+            .session_affinity
+            .as_ref()
+            .map(|a| a.cookie_name.clone())
             .unwrap_or_default();
         rows.push(vec![
-            str_of(r, "name").to_string(),
-            if hosts.is_empty() {
+            r.name.clone(),
+            if r.hosts.is_empty() {
                 "*".into()
             } else {
-                hosts.join(",")
+                r.hosts.join(",")
             },
-            r.get("pathPrefix")
-                .and_then(Value::as_str)
-                .unwrap_or("/")
-                .to_string(),
-            str_of(r, "primary").to_string(),
-            or_dash(str_of(r, "canary")),
-            r.get("canaryWeight")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-                .to_string(),
-            if matches == 0 {
+            r.path_prefix.as_deref().unwrap_or("/").to_string(),
+            r.primary.clone(),
+            or_dash(r.canary.as_deref().unwrap_or("")),
+            r.canary_weight.unwrap_or(0).to_string(),
+            if r.matches.is_empty() {
                 "-".into()
             } else {
-                matches.to_string()
+                r.matches.len().to_string()
             },
             mirror,
             or_dash(&affinity),
@@ -158,11 +137,42 @@ pub(super) async fn routes(
     Ok(())
 }
 
+/// A stats answer: the API's JSON as it came (for `--json`) and its routes.
+pub(super) struct Stats {
+    /// The document as the API sent it.
+    pub(super) json: Value,
+    /// The window of an all-routes answer (`None` for one route's).
+    pub(super) window_secs: Option<u64>,
+    /// The per-route objects (one route or all).
+    pub(super) routes: Vec<RouteStats>,
+}
+
+impl Stats {
+    /// Reads a stats answer: one route's object when `one` (`?route=`), else
+    /// the all-routes document.
+    pub(super) fn from_json(json: Value, one: bool) -> Result<Stats, CtlError> {
+        let bad =
+            |e: serde_json::Error| CtlError::Transport(format!("unexpected stats document: {e}"));
+        let (window_secs, routes) = if one {
+            let r: RouteStats = serde_json::from_value(json.clone()).map_err(bad)?;
+            (None, vec![r])
+        } else {
+            let d: StatsDoc = serde_json::from_value(json.clone()).map_err(bad)?;
+            (Some(d.window_secs), d.routes)
+        };
+        Ok(Stats {
+            json,
+            window_secs,
+            routes,
+        })
+    }
+}
+
 pub(super) async fn fetch_stats(
     api: &ApiClient,
     route: Option<&str>,
     window: &str,
-) -> Result<Value, CtlError> {
+) -> Result<Stats, CtlError> {
     let mut q = form_urlencoded::Serializer::new(String::new());
     q.append_pair("window", window);
     if let Some(r) = route {
@@ -176,63 +186,42 @@ pub(super) async fn fetch_stats(
             None,
         )
         .await?;
-    r.json()
-}
-
-/// The per-route objects of a stats answer (one route or all).
-pub(super) fn stats_by_route(v: &Value) -> Vec<Value> {
-    match v.get("routes").and_then(Value::as_array) {
-        Some(all) => all.clone(),
-        None if v.get("route").is_some() => vec![v.clone()],
-        None => Vec::new(),
-    }
-}
-
-/// `route.roles[role][key]` of a stats document, `null` when absent.
-pub(super) fn role_stat(route: &Value, role: &str, key: &str) -> Value {
-    route
-        .get("roles")
-        .and_then(|x| x.get(role))
-        .and_then(|x| x.get(key))
-        .cloned()
-        .unwrap_or(Value::Null)
+    Stats::from_json(r.json()?, route.is_some())
 }
 
 /// Roles shown for a route: primary always, canary when the route has one
 /// or it saw traffic, mirror when it saw traffic.
-pub(super) fn shown_roles(route: &Value) -> Vec<&'static str> {
-    let requests = |role: &str| role_stat(route, role, "requests").as_u64().unwrap_or(0);
-    let mut roles = vec!["primary"];
-    if route.get("canary").is_some_and(|c| !c.is_null()) || requests("canary") > 0 {
-        roles.push("canary");
+pub(super) fn shown_roles(route: &RouteStats) -> Vec<(&'static str, &Summary)> {
+    let roles = &route.roles;
+    let mut shown = vec![("primary", &roles.primary)];
+    if route.canary.is_some() || roles.canary.requests > 0 {
+        shown.push(("canary", &roles.canary));
     }
-    if requests("mirror") > 0 {
-        roles.push("mirror");
+    if roles.mirror.requests > 0 {
+        shown.push(("mirror", &roles.mirror));
     }
-    roles
+    shown
 }
 
-pub(super) fn stats_table(v: &Value) -> String {
-    let routes = stats_by_route(v);
-    let window = routes
+pub(super) fn stats_table(v: &Stats) -> String {
+    let window = v
+        .routes
         .first()
-        .and_then(|r| r.get("windowSecs"))
-        .or_else(|| v.get("windowSecs"))
-        .and_then(Value::as_u64)
+        .map(|r| r.window_secs)
+        .or(v.window_secs)
         .unwrap_or(0);
     let mut rows = Vec::new();
-    for r in &routes {
-        for role in shown_roles(r) {
-            let g = |k: &str| role_stat(r, role, k);
+    for r in &v.routes {
+        for (role, g) in shown_roles(r) {
             rows.push(vec![
-                str_of(r, "route").to_string(),
+                r.route.clone(),
                 role.to_string(),
-                g("requests").as_u64().unwrap_or(0).to_string(),
-                format!("{:.1}", g("rps").as_f64().unwrap_or(0.0)),
-                fmt_pct(&g("successRate")),
-                fmt_ms(&g("p50Ms")),
-                fmt_ms(&g("p90Ms")),
-                fmt_ms(&g("p99Ms")),
+                g.requests.to_string(),
+                format!("{:.1}", g.rps),
+                fmt_pct(g.success_rate),
+                fmt_ms(g.p50_ms),
+                fmt_ms(g.p90_ms),
+                fmt_ms(g.p99_ms),
             ]);
         }
     }
@@ -260,11 +249,7 @@ pub(super) async fn set_weight(
         attempt += 1;
         let cur = api.ok(Method::GET, &path, None, None).await?;
         let old_version = cur.version();
-        let old_weight = cur
-            .json()?
-            .get("canaryWeight")
-            .and_then(Value::as_i64)
-            .unwrap_or(0);
+        let old_weight = cur.parse::<Route>()?.canary_weight.unwrap_or(0);
         let patch = serde_json::json!({ "canaryWeight": weight });
         let r = api
             .call(Method::PATCH, &path, Some(&patch), old_version)

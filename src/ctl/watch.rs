@@ -3,24 +3,17 @@
 use super::*;
 
 /// One piped line per route: weights, then per role success rate and p99.
-pub(super) fn watch_lines(v: &Value, now: &str) -> String {
+pub(super) fn watch_lines(v: &Stats, now: &str) -> String {
     let mut s = String::new();
-    for r in stats_by_route(v) {
-        let weight = r
-            .get("canaryWeight")
-            .and_then(Value::as_u64)
-            .map_or("-".into(), |w| w.to_string());
-        s.push_str(&format!(
-            "{now} route={} weight={weight}",
-            str_of(&r, "route")
-        ));
-        for role in shown_roles(&r) {
-            let g = |k: &str| role_stat(&r, role, k);
+    for r in &v.routes {
+        let weight = r.canary_weight.map_or("-".into(), |w| w.to_string());
+        s.push_str(&format!("{now} route={} weight={weight}", r.route));
+        for (role, g) in shown_roles(r) {
             s.push_str(&format!(
                 " {role}: rps={:.1} success={} p99={}",
-                g("rps").as_f64().unwrap_or(0.0),
-                fmt_pct(&g("successRate")),
-                fmt_ms(&g("p99Ms")),
+                g.rps,
+                fmt_pct(g.success_rate),
+                fmt_ms(g.p99_ms),
             ));
         }
         s.push('\n');
@@ -29,18 +22,14 @@ pub(super) fn watch_lines(v: &Value, now: &str) -> String {
 }
 
 /// The in-place screen of `watch` on a terminal.
-pub(super) fn watch_screen(api: &str, v: &Value, now: &str, interval: Duration) -> String {
+pub(super) fn watch_screen(api: &str, v: &Stats, now: &str, interval: Duration) -> String {
     let mut rows = Vec::new();
-    for r in stats_by_route(v) {
-        let weight = r
-            .get("canaryWeight")
-            .and_then(Value::as_u64)
-            .map_or("-".into(), |w| w.to_string());
-        for (i, role) in shown_roles(&r).into_iter().enumerate() {
-            let g = |k: &str| role_stat(&r, role, k);
+    for r in &v.routes {
+        let weight = r.canary_weight.map_or("-".into(), |w| w.to_string());
+        for (i, (role, g)) in shown_roles(r).into_iter().enumerate() {
             rows.push(vec![
                 if i == 0 {
-                    str_of(&r, "route").to_string()
+                    r.route.clone()
                 } else {
                     String::new()
                 },
@@ -50,17 +39,13 @@ pub(super) fn watch_screen(api: &str, v: &Value, now: &str, interval: Duration) 
                     String::new()
                 },
                 role.to_string(),
-                format!("{:.1}", g("rps").as_f64().unwrap_or(0.0)),
-                fmt_pct(&g("successRate")),
-                fmt_ms(&g("p99Ms")),
+                format!("{:.1}", g.rps),
+                fmt_pct(g.success_rate),
+                fmt_ms(g.p99_ms),
             ]);
         }
     }
-    let window = stats_by_route(v)
-        .first()
-        .and_then(|r| r.get("windowSecs"))
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let window = v.routes.first().map_or(0, |r| r.window_secs);
     format!(
         "\x1b[H\x1b[2Jweir watch  {api}  {now}  (window {window}s, every {:?}; Ctrl-C to stop)\n\n{}",
         interval,
@@ -103,7 +88,7 @@ pub(super) async fn watch(
         match fetch_stats(api, route, window).await {
             Ok(v) => {
                 if opts.json {
-                    writeln!(out, "{v}")?;
+                    writeln!(out, "{}", v.json)?;
                 } else if opts.redraw {
                     write!(out, "{}", watch_screen(&api.base, &v, &now, interval))?;
                 } else {

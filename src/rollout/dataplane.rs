@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::Method;
-use serde::Deserialize;
 
 use super::convert::{apply_change, merge_diff, CanaryDef, RouteChange};
 use super::http::HttpClient;
 use crate::config::raw::RawRoute;
 use crate::dataplane::store::{TableStore, WriteError};
 use crate::stats::{Role, WindowSnapshot};
+use crate::wire::table::{BackendStatus, EndpointStatus, RouteStats};
 
 /// A boxed future, so the trait can be used as `dyn DataPlane`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -382,60 +382,26 @@ pub fn encode(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// The part of `GET /api/v1/stats?route=R` the engine reads.
-#[derive(Deserialize)]
-struct StatsDoc {
-    snapshots: StatsSnapshots,
-}
-
-#[derive(Deserialize)]
-struct StatsSnapshots {
-    #[serde(default)]
-    primary: Option<WindowSnapshot>,
-    #[serde(default)]
-    canary: Option<WindowSnapshot>,
-    #[serde(default)]
-    mirror: Option<WindowSnapshot>,
-}
-
-/// Parses a stats document into per-role snapshots.
-pub fn parse_stats(body: &[u8], window_secs: u64) -> Result<RoleStats, String> {
-    let doc: StatsDoc =
+/// Parses a stats document into per-role snapshots. Every role is required: the
+/// server always sends all three, so a document without one is an error, never
+/// a role that looks idle.
+pub fn parse_stats(body: &[u8]) -> Result<RoleStats, String> {
+    let doc: RouteStats =
         serde_json::from_slice(body).map_err(|e| format!("unexpected stats document: {e}"))?;
-    let or_empty =
-        |s: Option<WindowSnapshot>| s.unwrap_or_else(|| WindowSnapshot::empty(window_secs));
     Ok(RoleStats {
-        primary: or_empty(doc.snapshots.primary),
-        canary: or_empty(doc.snapshots.canary),
-        mirror: or_empty(doc.snapshots.mirror),
+        primary: doc.snapshots.primary,
+        canary: doc.snapshots.canary,
+        mirror: doc.snapshots.mirror,
     })
 }
 
-/// The part of `GET /api/v1/backends/{name}` the engine reads. Every field is
-/// required: a document without one (another version, a renamed field) is an error,
-/// never a backend that looks ready or empty.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct BackendDoc {
-    name: String,
-    configured: Vec<String>,
-    endpoints: Vec<EndpointDoc>,
-    revision_path: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EndpointDoc {
-    address: String,
-    ready: bool,
-    draining: bool,
-}
-
-/// Parses a backend document.
+/// Parses a backend document. Every field the engine reads is required: a
+/// document without one (another version, a renamed field) is an error, never a
+/// backend that looks ready or empty.
 pub fn parse_backend(body: &[u8]) -> Result<BackendView, String> {
-    let doc: BackendDoc =
+    let doc: BackendStatus =
         serde_json::from_slice(body).map_err(|e| format!("unexpected backend document: {e}"))?;
-    let serving: Vec<&EndpointDoc> = doc.endpoints.iter().filter(|e| !e.draining).collect();
+    let serving: Vec<&EndpointStatus> = doc.endpoints.iter().filter(|e| !e.draining).collect();
     let rotation: Vec<String> = serving.iter().map(|e| e.address.clone()).collect();
     let endpoints = if doc.configured.is_empty() {
         rotation.clone()
@@ -528,7 +494,7 @@ impl DataPlane for Remote {
                 return Ok(RoleStats::empty(window_secs));
             }
             self.check("reading stats", &r)?;
-            parse_stats(&r.body, window_secs).map_err(|e| self.err(e))
+            parse_stats(&r.body).map_err(|e| self.err(e))
         })
     }
 
@@ -700,11 +666,19 @@ mod tests {
 
     #[test]
     fn remote_documents_parse() {
-        let stats = br#"{"route":"app","canaryWeight":10,"windowSecs":5,
-            "roles":{"canary":{"requests":3}},
+        let stats = br#"{"route":"app","canaryWeight":10,"primary":"app-blue","canary":"app-green",
+            "windowSecs":5,
+            "roles":{
+              "primary":{"requests":10,"failures":1,"clientErrors":0,"rps":2.0,"successRate":90.0,
+                         "p50Ms":null,"p90Ms":null,"p99Ms":null},
+              "canary":{"requests":3,"failures":0,"clientErrors":0,"rps":0.6,"successRate":100.0,
+                        "p50Ms":null,"p90Ms":null,"p99Ms":null},
+              "mirror":{"requests":0,"failures":0,"clientErrors":0,"rps":0.0,"successRate":null,
+                        "p50Ms":null,"p90Ms":null,"p99Ms":null}},
             "snapshots":{"primary":{"requests":10,"failures":1,"windowSecs":5,"histogram":[]},
-                         "canary":{"requests":3,"failures":0,"windowSecs":5,"histogram":[]}}}"#;
-        let s = parse_stats(stats, 5).expect("parses");
+                         "canary":{"requests":3,"failures":0,"windowSecs":5,"histogram":[]},
+                         "mirror":{"requests":0,"failures":0,"windowSecs":5,"histogram":[]}}}"#;
+        let s = parse_stats(stats).expect("parses");
         assert_eq!((s.primary.requests, s.primary.failures), (10, 1));
         assert_eq!(s.canary.requests, 3);
         assert_eq!(s.mirror, WindowSnapshot::empty(5));
@@ -714,7 +688,7 @@ mod tests {
 
         let backend = br#"{"name":"app-green","loadBalancer":"round-robin",
             "configured":["127.0.0.1:1","127.0.0.1:2"],
-            "endpoints":[{"address":"127.0.0.1:1","ready":true,"draining":false,"inFlight":0}],
+            "endpoints":[{"address":"127.0.0.1:1","ready":true,"draining":false,"ejected":false,"inFlight":0}],
             "routes":[],"revisionPath":"/version","health":null,"rollingUpdate":null}"#;
         let b = parse_backend(backend).expect("parses");
         assert_eq!(b.endpoints, vec!["127.0.0.1:1", "127.0.0.1:2"]);
@@ -750,5 +724,21 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// A stats document without one of the roles (another version, a renamed
+    /// role) must not read as a role with no traffic: the engine would judge an
+    /// analysis on it.
+    #[test]
+    fn a_stats_document_without_a_role_is_an_error_not_idle() {
+        let body = br#"{"route":"app","canaryWeight":10,"primary":"a","canary":"b","windowSecs":5,
+            "roles":{"primary":{"requests":10,"failures":1,"rps":2.0,"successRate":90.0,
+                                "p50Ms":null,"p90Ms":null,"p99Ms":null},
+                     "canary":{"requests":3,"failures":0,"rps":0.6,"successRate":100.0,
+                               "p50Ms":null,"p90Ms":null,"p99Ms":null}},
+            "snapshots":{"primary":{"requests":10,"failures":1,"windowSecs":5,"histogram":[]},
+                         "canary":{"requests":3,"failures":0,"windowSecs":5,"histogram":[]}}}"#;
+        let got = parse_stats(body);
+        assert!(got.is_err(), "{got:?}");
     }
 }

@@ -7,10 +7,15 @@
 //! it cannot read as a default ("ready", "no members"). A field the server may leave
 //! out is an `Option`.
 //!
-//! This module sits at the bottom of the layering: it depends on serde and std only.
+//! This module sits low in the layering: besides serde and std it uses only the
+//! value types below it (`config::raw` for the table, `stats` for windows).
 
 pub mod cluster;
 pub mod error;
+pub mod probe;
+pub mod table;
 
+#[cfg(test)]
+mod table_tests;
 #[cfg(test)]
 mod tests;
