@@ -36,8 +36,8 @@
 //! # Layering
 //! A module imports only modules below it (`use crate::…`), bottom to top:
 //! 1. pure or leaf: `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`,
-//!    `clock`, `wire`;
-//! 2. `config`;
+//!    `clock`;
+//! 2. `config`, then `wire` (the API's documents; the table is config's raw schema);
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
 //! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`;

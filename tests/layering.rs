@@ -15,11 +15,11 @@ const ORDER: &[&str] = &[
     "routing",
     "headers",
     "clock",
-    "wire",
     "echo",
     "probe",
-    // configuration
+    // configuration, and the API documents (some are config's raw types)
     "config",
+    "wire",
     // data-plane state
     "dataplane",
     // the proxy, the API framework, reload
