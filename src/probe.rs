@@ -234,11 +234,18 @@ mod tests {
 
     #[test]
     fn refused_connection_is_unhealthy() {
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let e = status(&format!("http://127.0.0.1:{port}/readyz"), T).unwrap_err();
+        // Bound but never listening: connects are refused, and the port
+        // stays ours for the whole test (a freed number could be taken).
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+        let addr = s.local_addr().unwrap().as_socket().unwrap();
+        let e = status(&format!("http://{addr}/readyz"), T).unwrap_err();
         assert!(e.contains("cannot connect"), "{e}");
     }
 
