@@ -94,34 +94,7 @@ pub fn default_name(admin_port: u16) -> String {
     format!("{host}:{admin_port}")
 }
 
-/// One ownership change or notable happening (the in-memory log, `tracing` and
-/// subscribers).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterEvent {
-    /// Order of the event on this replica (from 1).
-    pub seq: u64,
-    /// When (ms since the Unix epoch).
-    pub time_ms: u64,
-    /// The replica that logged it.
-    pub replica: String,
-    /// `LeaseGranted`, `LeaseRestored`, `EtcdUnavailable`, `LeaseExpired`,
-    /// `ShardClaimed`, `ShardReleased`, `ShardLost`, `CanaryAcquired`,
-    /// `CanaryReleased`, `CanaryLost`, `CanaryStopped`.
-    pub kind: String,
-    /// The canary concerned.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub canary: Option<String>,
-    /// The shard concerned.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<u32>,
-    /// The etcd revision of the change (0 when none was written or it is unknown): an
-    /// owner's `CanaryAcquired` revision is its key's create revision, its
-    /// `CanaryReleased` revision that of the deletion.
-    pub revision: i64,
-    /// What happened, in words.
-    pub message: String,
-}
+pub use crate::wire::cluster::ClusterEvent;
 
 /// Why a state save was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

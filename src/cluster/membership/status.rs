@@ -3,106 +3,14 @@
 use super::*;
 use std::collections::BTreeSet;
 
-use serde::Serialize;
-
 use crate::cluster::view::assignment;
 use crate::config::cluster::Replicas;
 
-/// What `GET /api/v1/cluster` and `weir ctl cluster` show.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterStatus {
-    /// This replica's name.
-    pub replica: String,
-    /// Its control-API URL as advertised.
-    pub api_url: String,
-    /// Key prefix.
-    pub prefix: String,
-    /// etcd endpoints.
-    pub etcd: Vec<String>,
-    /// `round-robin` or `hash`.
-    pub algorithm: String,
-    /// `auto` or the fixed shard count.
-    pub replicas: String,
-    /// Heartbeat in ms.
-    pub heartbeat_ms: u64,
-    /// Lease TTL asked of etcd, seconds.
-    pub lease_ttl_secs: i64,
-    /// Holds a valid lease (`/readyz`).
-    pub ready: bool,
-    /// The lease (id as a string: it does not fit a JSON double).
-    pub lease: Option<LeaseStatus>,
-    /// The last etcd problem, while it lasts.
-    pub etcd_error: Option<String>,
-    /// Revision of the last snapshot.
-    pub revision: i64,
-    /// Live members.
-    pub members: Vec<MemberStatus>,
-    /// Every shard of the assignment, held or not.
-    pub shards: Vec<ShardStatus>,
-    /// Every configured canary: its shard and owner.
-    pub canaries: Vec<CanaryOwnership>,
-    /// Canaries this replica may drive now.
-    pub owned: Vec<String>,
-    /// Recent events of this replica, oldest first.
-    pub events: Vec<ClusterEvent>,
-}
-
-/// The lease part of the status.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseStatus {
-    /// Lease id.
-    pub id: String,
-    /// TTL granted, seconds.
-    pub ttl_secs: i64,
-    /// Renewed and not past its local deadline.
-    pub valid: bool,
-    /// Time left before the local deadline, ms (0 when past).
-    pub expires_in_ms: u64,
-}
-
-/// A member in the status.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberStatus {
-    /// Replica name.
-    pub name: String,
-    /// Control-API URL.
-    pub api_url: String,
-    /// Last heartbeat written (ms since the Unix epoch, the member's clock).
-    pub heartbeat_ms: u64,
-    /// Shards it holds.
-    pub shards: Vec<u32>,
-}
-
-/// A shard in the status.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ShardStatus {
-    /// Shard number.
-    pub shard: u32,
-    /// Holder, if held.
-    pub replica: Option<String>,
-    /// Holder's heartbeat (ms since the Unix epoch).
-    pub heartbeat_ms: Option<u64>,
-    /// Canaries assigned to it.
-    pub canaries: Vec<String>,
-}
-
-/// One canary's ownership in the status.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CanaryOwnership {
-    /// The canary.
-    pub canary: String,
-    /// Assigned shard (none while no shard exists).
-    pub shard: Option<u32>,
-    /// Replica holding its owner key.
-    pub owner: Option<String>,
-    /// Owner key's create revision.
-    pub owner_revision: Option<i64>,
-}
+// The documents are the API's wire types, defined once for the server and
+// `weir ctl cluster`.
+pub use crate::wire::cluster::{
+    CanaryOwnership, ClusterStatus, LeaseStatus, MemberStatus, ShardStatus,
+};
 
 impl Inner {
     // ------------------------------------------------------------ status
