@@ -838,7 +838,24 @@ async fn deploy_to_idle_slot_starts_a_run(watch: bool) {
     // The old primary, now in the idle slot, is the new baseline, not a release: no new
     // run starts (three more intervals pass).
     let ticks = done.events.len();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    if watch {
+        // Every tick asks the idle slot (v1, which serves no traffic now) for its
+        // revision: the fourth question after the end proves three ticks were decided.
+        let asked = v1.requests.load(Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while v1.requests.load(Ordering::Relaxed) < asked + 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the engine kept asking the idle slot for its revision"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        // Kept as a real wait: an endpoint-list revision is read in process, and a tick
+        // that changes nothing publishes nothing, so no event marks the intervals
+        // passing without a product change (a tick counter in the status).
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
     let after = status(&app);
     assert_eq!(after.phase, Phase::Succeeded, "{after:#?}");
     assert_eq!(
