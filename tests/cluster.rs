@@ -943,7 +943,10 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         "every replica lost its lease"
     );
     // Let any tick that was under way finish (its save fails: it is dropped), then
-    // take the reference picture.
+    // take the reference picture. A real wait, kept: losing the lease does not take the
+    // canary's drive lock, and a tick dropped on an etcd timeout may end after the
+    // lease is gone, so no event outside the driver marks "no tick in flight" (it would
+    // take a product change, e.g. waiting for the drive lock on lease loss).
     tokio::time::sleep(INTERVAL * 2).await;
     let picture = |apps: &[&RunningApp]| -> Vec<TablePicture> {
         apps.iter()
@@ -979,7 +982,10 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         "{states_before:?}"
     );
     let sent_before: Vec<u64> = loads.iter().map(|l| l.tally().done()).collect();
-    // Ten analysis intervals without etcd.
+    // Ten analysis intervals without etcd. A real wait, kept: a canary task that may
+    // not drive wakes on its retry delay and publishes nothing, so no event marks ten
+    // intervals passing (it would take a product change, e.g. a wake counter in the
+    // status); the run cannot move to paused time either, since etcd is a real process.
     tokio::time::sleep(INTERVAL * 10).await;
     assert_eq!(
         picture(&refs),
