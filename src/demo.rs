@@ -25,7 +25,8 @@
 //! [`HookServer`] (`hooks`) and [`CookieJar`] (`jar`) stay in the library, not in test
 //! support: the demo needs them at run time (the blue/green acceptance webhook, the
 //! affinity scenario's browsers), and the end-to-end tests reuse them rather than keep
-//! a second copy. `traffic` holds the demo's clients.
+//! a second copy. [`traffic::Traffic`] is the one traffic generator, for the same reason:
+//! the demo's clients run on it, and so do the end-to-end tests' background loads.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,7 +36,6 @@ use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::watch;
 
 use crate::app::RunningApp;
 use crate::echo::{EchoHandle, EchoOptions};
@@ -43,7 +43,7 @@ use crate::rollout::{Phase, RolloutEvent};
 
 mod hooks;
 mod jar;
-mod traffic;
+pub mod traffic;
 
 pub use hooks::{HookCall, HookHandler, HookServer};
 pub use jar::CookieJar;
@@ -193,11 +193,10 @@ pub async fn run(scenario: Scenario) -> Result<bool, String> {
 
     let seen = Arc::new(Seen::default());
     let flags = Arc::new(RunFlags::default());
-    let (stop_tx, stop_rx) = watch::channel(false);
     let mut events = engine.subscribe();
     // Events before the subscription (initialisation) are in the status ring.
     let mut backlog: Vec<RolloutEvent> = engine.status("app").map(|s| s.events).unwrap_or_default();
-    let workers = spawn_traffic(scenario, proxy, seen.clone(), flags.clone(), stop_rx);
+    let workers = spawn_traffic(scenario, proxy, seen.clone(), flags.clone());
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(55);
     let mut deployed = false;
@@ -296,10 +295,7 @@ pub async fn run(scenario: Scenario) -> Result<bool, String> {
             break Some(e);
         }
     };
-    let _ = stop_tx.send(true);
-    for w in workers {
-        let _ = w.await;
-    }
+    workers.stop().await;
     let result = verify(
         scenario,
         &app,

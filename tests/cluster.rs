@@ -19,6 +19,7 @@ use weir::cluster::etcd::EtcdClient;
 use weir::cluster::{
     Algorithm, Cluster, ClusterEvent, ClusterOptions, ClusterSettings, Replicas, SaveError,
 };
+use weir::demo::traffic::{Traffic, TrafficSpec};
 
 const HEARTBEAT: Duration = Duration::from_millis(500);
 /// 3 × heartbeat rounded up to whole seconds.
@@ -717,58 +718,18 @@ async fn all_canaries(
     }
 }
 
-/// Requests to every route through one proxy, until stopped; counts non-2xx answers.
-struct Load {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
+/// Requests to every route through one proxy, until stopped.
+fn start_load(addr: SocketAddr) -> Traffic {
+    TrafficSpec::new(addr)
+        .hosts(canary_names().iter().map(|c| format!("{c}.test")))
+        .pause(Duration::from_millis(3))
+        .start()
 }
 
-impl Load {
-    fn start(addr: SocketAddr) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let (s, n, f) = (stop.clone(), sent.clone(), failed.clone());
-        let task = tokio::spawn(async move {
-            let c = support::client();
-            let hosts: Vec<String> = canary_names().iter().map(|c| format!("{c}.test")).collect();
-            let mut i = 0usize;
-            while !s.load(Ordering::Relaxed) {
-                let host = &hosts[i % hosts.len()];
-                i += 1;
-                let req = support::get(addr, "/", &[("host", host)]);
-                match tokio::time::timeout(Duration::from_secs(5), c.request(req)).await {
-                    Ok(Ok(resp)) => {
-                        if !resp.status().is_success() {
-                            f.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
-                    }
-                    _ => {
-                        f.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                n.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(3)).await;
-            }
-        });
-        Load {
-            stop,
-            sent,
-            failed,
-            task,
-        }
-    }
-
-    async fn stop(self) -> (u64, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.task.await;
-        (
-            self.sent.load(Ordering::Relaxed),
-            self.failed.load(Ordering::Relaxed),
-        )
-    }
+/// Stops a load: the exchanges it finished and how many of them failed (not a 200).
+async fn stop_load(l: Traffic) -> (u64, u64) {
+    let t = l.stop().await;
+    (t.done(), t.failures().len() as u64)
 }
 
 /// One replica's table: its version and every route's (primary, canaryWeight).
@@ -852,7 +813,7 @@ async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
     let mut apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
-    let loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    let loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
     {
         let refs: Vec<&RunningApp> = apps.iter().collect();
         let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -880,7 +841,7 @@ async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     let dead_name = cl(&dead).name().to_string();
     let mut loads = loads;
     let dead_load = loads.remove(victim);
-    let _ = dead_load.stop().await;
+    let _ = stop_load(dead_load).await;
     dead.shutdown().await;
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -933,7 +894,7 @@ async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     let logs: Vec<Vec<ClusterEvent>> = apps.iter().map(|a| cl(a).event_log()).collect();
     check_log_exclusive(&logs, i64::MAX).expect("ownership intervals never overlap");
     for l in loads {
-        let (sent, failed) = l.stop().await;
+        let (sent, failed) = stop_load(l).await;
         assert!(sent > 0);
         assert_eq!(failed, 0, "the survivors kept proxying ({sent} requests)");
     }
@@ -955,7 +916,7 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
     let apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
-    let loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    let loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
     assert!(eventually(TTL + SLACK, || settled(&clusters, 3)).await);
     start_all_runs(&refs, &apps[1]).await;
     all_canaries(&refs, RUN_WAIT, "every run at weight 20 or more", |s| {
@@ -982,7 +943,10 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         "every replica lost its lease"
     );
     // Let any tick that was under way finish (its save fails: it is dropped), then
-    // take the reference picture.
+    // take the reference picture. A real wait, kept: losing the lease does not take the
+    // canary's drive lock, and a tick dropped on an etcd timeout may end after the
+    // lease is gone, so no event outside the driver marks "no tick in flight" (it would
+    // take a product change, e.g. waiting for the drive lock on lease loss).
     tokio::time::sleep(INTERVAL * 2).await;
     let picture = |apps: &[&RunningApp]| -> Vec<TablePicture> {
         apps.iter()
@@ -1017,11 +981,11 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
             .all(|(p, w, _)| *p == Phase::Progressing && *w >= 20),
         "{states_before:?}"
     );
-    let sent_before: Vec<u64> = loads
-        .iter()
-        .map(|l| l.sent.load(Ordering::Relaxed))
-        .collect();
-    // Ten analysis intervals without etcd.
+    let sent_before: Vec<u64> = loads.iter().map(|l| l.tally().done()).collect();
+    // Ten analysis intervals without etcd. A real wait, kept: a canary task that may
+    // not drive wakes on its retry delay and publishes nothing, so no event marks ten
+    // intervals passing (it would take a product change, e.g. a wake counter in the
+    // status); the run cannot move to paused time either, since etcd is a real process.
     tokio::time::sleep(INTERVAL * 10).await;
     assert_eq!(
         picture(&refs),
@@ -1034,10 +998,7 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         "no owner stepped any canary without etcd"
     );
     for (l, b) in loads.iter().zip(&sent_before) {
-        assert!(
-            l.sent.load(Ordering::Relaxed) > *b + 10,
-            "traffic kept flowing"
-        );
+        assert!(l.tally().done() > *b + 10, "traffic kept flowing");
     }
     for a in &refs {
         let r = readyz(a).await;
@@ -1064,7 +1025,7 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         assert_eq!(readyz(a).await.status, 200);
     }
     for l in loads {
-        let (_, failed) = l.stop().await;
+        let (_, failed) = stop_load(l).await;
         assert_eq!(failed, 0, "no request failed while etcd was away");
     }
     for a in apps {
@@ -1086,7 +1047,7 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
     let mut apps = fleet(&etcd, &["r0", "r1"], "auto", blue.addr, green.addr).await;
-    let mut loads: Vec<Load> = apps.iter().map(|a| Load::start(a.proxy_addr())).collect();
+    let mut loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
     {
         let refs: Vec<&RunningApp> = apps.iter().collect();
         let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -1099,7 +1060,7 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
     }
     let sampler = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
     apps.push(start_app(&replica_yaml(&etcd, "r2", "auto", blue.addr, green.addr)).await);
-    loads.push(Load::start(apps[2].proxy_addr()));
+    loads.push(start_load(apps[2].proxy_addr()));
     let sampler3 = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -1177,7 +1138,7 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         "{text}"
     );
     for l in loads {
-        let (_, failed) = l.stop().await;
+        let (_, failed) = stop_load(l).await;
         assert_eq!(failed, 0);
     }
     for a in apps {

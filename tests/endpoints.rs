@@ -16,13 +16,14 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir::app::RunningApp;
+use weir::demo::traffic::{Traffic, TrafficSpec};
 
 /// Longest any poll in this file waits before the test fails.
 const POLL: Duration = Duration::from_secs(30);
@@ -158,80 +159,22 @@ fn sorted(eps: &[SocketAddr]) -> Vec<String> {
 
 /// Steady load: `workers` client loops through the proxy until stopped. Every answer
 /// other than a 200 (or a failed exchange) is a failure; versions are counted.
-struct Load {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    failures: Arc<Mutex<Vec<String>>>,
-    versions: Arc<Mutex<BTreeMap<String, u64>>>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+fn start_load(addr: SocketAddr, workers: usize) -> Traffic {
+    TrafficSpec::new(addr)
+        .workers(workers)
+        .pause(Duration::ZERO)
+        .start()
 }
 
-impl Load {
-    fn start(addr: SocketAddr, workers: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let failures = Arc::new(Mutex::new(Vec::new()));
-        let versions = Arc::new(Mutex::new(BTreeMap::new()));
-        let tasks = (0..workers)
-            .map(|_| {
-                let (stop, sent) = (stop.clone(), sent.clone());
-                let (failures, versions) = (failures.clone(), versions.clone());
-                tokio::spawn(async move {
-                    let c = client();
-                    // Bounded: a test that forgets to stop the load still ends.
-                    for _ in 0..200_000 {
-                        if stop.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        sent.fetch_add(1, Ordering::Relaxed);
-                        match c.request(get(addr, "/", &[])).await {
-                            Ok(resp) => {
-                                let status = resp.status().as_u16();
-                                let version = resp
-                                    .headers()
-                                    .get("x-weir-version")
-                                    .and_then(|v| v.to_str().ok())
-                                    .unwrap_or("-")
-                                    .to_string();
-                                let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
-                                if status != 200 {
-                                    failures
-                                        .lock()
-                                        .unwrap()
-                                        .push(format!("{status} from {version}"));
-                                }
-                                *versions.lock().unwrap().entry(version).or_default() += 1;
-                            }
-                            Err(e) => failures.lock().unwrap().push(format!("request error: {e}")),
-                        }
-                    }
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            sent,
-            failures,
-            versions,
-            tasks,
-        }
-    }
+/// Waits until `n` more requests have been sent (the load really runs).
+async fn wait_for_more(load: &Traffic, n: u64) {
+    let target = load.tally().sent() + n;
+    poll_until!("load", load.tally().sent() >= target);
+}
 
-    /// Waits until `n` more requests have been sent (the load really runs).
-    async fn wait_for_more(&self, n: u64) {
-        let target = self.sent.load(Ordering::Relaxed) + n;
-        poll_until!("load", self.sent.load(Ordering::Relaxed) >= target);
-    }
-
-    async fn finish(self) -> (Vec<String>, BTreeMap<String, u64>) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.tasks {
-            t.await.unwrap();
-        }
-        let failures = self.failures.lock().unwrap().clone();
-        let versions = self.versions.lock().unwrap().clone();
-        (failures, versions)
-    }
+async fn finish(load: Traffic) -> (Vec<String>, BTreeMap<String, u64>) {
+    let t = load.stop().await;
+    (t.failures(), t.by_version())
 }
 
 const HEALTH: &str = "    healthCheck: { path: /healthz, interval: 100ms, timeout: 1s }\n";
@@ -248,8 +191,8 @@ async fn rolling_update_through_the_api_serves_every_request_and_ends_on_the_new
     )
     .await;
     let c = client();
-    let load = Load::start(app.proxy_addr(), 4);
-    load.wait_for_more(50).await;
+    let load = start_load(app.proxy_addr(), 4);
+    wait_for_more(&load, 50).await;
 
     let put = put_endpoints(&c, &app, &new_addrs).await;
     assert_eq!(put.status, 202, "{}", put.text());
@@ -278,8 +221,8 @@ async fn rolling_update_through_the_api_serves_every_request_and_ends_on_the_new
     assert!(phases.iter().any(|p| p == "Progressing"), "{phases:?}");
     // Drains finish: nothing stays in flight on the old endpoints.
     poll_until!("drains", rollout(&c, &app).await["draining"] == 0);
-    load.wait_for_more(50).await;
-    let (failures, versions) = load.finish().await;
+    wait_for_more(&load, 50).await;
+    let (failures, versions) = finish(load).await;
     assert!(failures.is_empty(), "failed requests: {failures:?}");
     assert!(versions.get("v1").copied().unwrap_or(0) > 0, "{versions:?}");
     assert!(versions.get("v2").copied().unwrap_or(0) > 0, "{versions:?}");
@@ -319,8 +262,8 @@ async fn broken_update_keeps_the_old_endpoints_serving_stalls_and_rolls_back() {
     )
     .await;
     let c = client();
-    let load = Load::start(app.proxy_addr(), 4);
-    load.wait_for_more(50).await;
+    let load = start_load(app.proxy_addr(), 4);
+    wait_for_more(&load, 50).await;
 
     let mut bus = app.events.subscribe();
     let put = put_endpoints(&c, &app, &broken_addrs).await;
@@ -368,7 +311,7 @@ async fn broken_update_keeps_the_old_endpoints_serving_stalls_and_rolls_back() {
         e["desired"] == true && e["inRotation"] == false && e["ready"] == false
     });
     assert_eq!(waiting, sorted(&broken_addrs), "{v}");
-    load.wait_for_more(50).await;
+    wait_for_more(&load, 50).await;
 
     // Re-declaring the old list rolls back by the same mechanism.
     let put = put_endpoints(&c, &app, &old_addrs).await;
@@ -377,8 +320,8 @@ async fn broken_update_keeps_the_old_endpoints_serving_stalls_and_rolls_back() {
         let v = rollout(&c, &app).await;
         v["phase"] == "Complete" && v["generation"] == 3
     });
-    load.wait_for_more(50).await;
-    let (failures, versions) = load.finish().await;
+    wait_for_more(&load, 50).await;
+    let (failures, versions) = finish(load).await;
     assert!(failures.is_empty(), "failed requests: {failures:?}");
     assert_eq!(versions.keys().collect::<Vec<_>>(), ["v1"], "{versions:?}");
     let v = rollout(&c, &app).await;

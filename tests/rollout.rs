@@ -16,8 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use support::*;
-use tokio::sync::watch;
 use weir::app::RunningApp;
+use weir::demo::traffic::TrafficSpec;
 use weir::demo::{CookieJar, HookServer};
 use weir::rollout::{CanaryStatus, Engine, ManualCommand, Phase};
 
@@ -129,37 +129,6 @@ fn all(v: &[String], want: &str) -> bool {
     !v.is_empty() && v.iter().all(|x| x == want)
 }
 
-/// Background clients sending requests through a proxy until stopped.
-struct Traffic {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Traffic {
-    fn start(addr: SocketAddr, headers: &[(&'static str, &'static str)]) -> Traffic {
-        let (stop, rx) = watch::channel(false);
-        let headers = headers.to_vec();
-        let task = tokio::spawn(async move {
-            let c = client();
-            while !*rx.borrow() {
-                let req = get(addr, "/", &headers);
-                if let Ok(Ok(resp)) =
-                    tokio::time::timeout(Duration::from_secs(5), c.request(req)).await
-                {
-                    let _ = resp.into_body().collect().await;
-                }
-                tokio::time::sleep(Duration::from_millis(4)).await;
-            }
-        });
-        Traffic { stop, task }
-    }
-
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
 fn advanced_weights(s: &CanaryStatus) -> Vec<u8> {
     s.events
         .iter()
@@ -210,7 +179,7 @@ async fn a_healthy_canary_is_promoted_step_by_step_and_the_slots_swapped() {
         hooks.url("/events")
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     let done = wait_for(&app, "the end of the run", ended).await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
@@ -288,7 +257,7 @@ async fn a_canary_answering_500s_is_rolled_back() {
         &format!("      stepWeight: 20\n      maxWeight: 60\n{METRICS}"),
     );
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     let done = wait_for(&app, "the end of the run", ended).await;
     assert_eq!(done.phase, Phase::Failed, "{done:#?}");
@@ -326,8 +295,10 @@ async fn ab_testing_sends_only_insiders_to_the_canary() {
         "      iterations: 3\n      match:\n        - headers: {{ x-canary: {{ exact: insider }} }}\n{METRICS}"
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let insiders = Traffic::start(app.proxy_addr(), &[("x-canary", "insider")]);
-    let others = Traffic::start(app.proxy_addr(), &[]);
+    let insiders = TrafficSpec::new(app.proxy_addr())
+        .header("x-canary", "insider")
+        .start();
+    let others = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     wait_for(&app, "an A/B iteration", |s| {
         s.phase == Phase::Progressing && s.match_active && s.iterations >= 1
@@ -368,7 +339,7 @@ async fn blue_green_with_mirroring_shadows_traffic_while_clients_stay_on_v1() {
         "      iterations: 3\n      mirror: true\n      mirrorWeight: 100\n{METRICS}"
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     let s = wait_for(&app, "a mirrored iteration", |s| {
         s.phase == Phase::Progressing && s.mirror && s.iterations >= 2
@@ -439,7 +410,7 @@ async fn sticky_canary_clients_never_flip_during_the_run() {
         "      stepWeight: 30\n      maxWeight: 60\n      sessionAffinity: {{ cookieName: weir-canary, primaryCookieName: weir-primary, maxAge: 600, path: / }}\n{METRICS}"
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     wait_for(&app, "weight 30", |s| {
         s.phase == Phase::Progressing && s.canary_weight == 30
@@ -635,7 +606,7 @@ async fn an_operator_aborts_a_run_through_the_api() {
         "      stepWeight: 20\n      maxWeight: 80\n{METRICS}"
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
     let bad = api(
         &app,
@@ -730,7 +701,7 @@ async fn confirm_promotion_answering_403_holds_the_run_until_it_answers_200() {
         hooks.url("/gate")
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     start_run(&app).await;
     wait_for(&app, "WaitingPromotion", |s| {
         s.phase == Phase::WaitingPromotion
@@ -773,7 +744,7 @@ async fn a_restarted_weir_continues_the_run_from_its_state_file() {
     let yaml = config(v1.addr, v2.addr, &canary, &top);
 
     let app1 = start(&yaml).await;
-    let t1 = Traffic::start(app1.proxy_addr(), &[]);
+    let t1 = TrafficSpec::new(app1.proxy_addr()).start();
     start_run(&app1).await;
     wait_for(&app1, "weight 40", |s| {
         s.phase == Phase::Progressing && s.canary_weight >= 40
@@ -796,7 +767,7 @@ async fn a_restarted_weir_continues_the_run_from_its_state_file() {
     // A new process: its table starts from the config file (weight 0); the engine puts
     // the recorded weight back and goes on from there.
     let app2 = start(&yaml).await;
-    let t2 = Traffic::start(app2.proxy_addr(), &[]);
+    let t2 = TrafficSpec::new(app2.proxy_addr()).start();
     let s = wait_for(&app2, "the restored weight", |_| {
         route(&app2).canary_weight.unwrap_or(0) >= i64::from(w)
     })
@@ -842,7 +813,7 @@ async fn deploy_to_idle_slot_starts_a_run(watch: bool) {
         ))
     );
     let app = start(&config(v1.addr, v1.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
     // A deploy script with If-Match would retry on a conflict with the
     // engine's own writes; in process, the atomic read-modify-write.
@@ -867,7 +838,24 @@ async fn deploy_to_idle_slot_starts_a_run(watch: bool) {
     // The old primary, now in the idle slot, is the new baseline, not a release: no new
     // run starts (three more intervals pass).
     let ticks = done.events.len();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    if watch {
+        // Every tick asks the idle slot (v1, which serves no traffic now) for its
+        // revision: the fourth question after the end proves three ticks were decided.
+        let asked = v1.requests.load(Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while v1.requests.load(Ordering::Relaxed) < asked + 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the engine kept asking the idle slot for its revision"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        // Kept as a real wait: an endpoint-list revision is read in process, and a tick
+        // that changes nothing publishes nothing, so no event marks the intervals
+        // passing without a product change (a tick counter in the status).
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
     let after = status(&app);
     assert_eq!(after.phase, Phase::Succeeded, "{after:#?}");
     assert_eq!(
@@ -914,8 +902,8 @@ async fn one_engine_drives_a_fleet_of_remote_proxies() {
     );
     let engine = start(&config(v1.addr, v2.addr, &canary, "")).await;
     let (tb, tc) = (
-        Traffic::start(b.proxy_addr(), &[]),
-        Traffic::start(c.proxy_addr(), &[]),
+        TrafficSpec::new(b.proxy_addr()).start(),
+        TrafficSpec::new(c.proxy_addr()).start(),
     );
     start_run(&engine).await;
     let done = wait_for(&engine, "the end of the run", ended).await;
@@ -1038,7 +1026,7 @@ async fn custom_metrics_are_queried_from_a_real_prometheus() {
     })
     .await;
     assert!(ready, "prometheus did not become ready");
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
     command(
         &app,
@@ -1121,7 +1109,7 @@ async fn weir_ctl_starts_pauses_watches_and_aborts_a_canary() {
         "      stepWeight: 20\n      maxWeight: 80\n{METRICS}"
     ));
     let app = start(&config(v1.addr, v2.addr, &canary, "")).await;
-    let traffic = Traffic::start(app.proxy_addr(), &[]);
+    let traffic = TrafficSpec::new(app.proxy_addr()).start();
     wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
     let (code, out, err) = ctl(&app, &["start", "app", "--revision", "v2"]).await;
     assert_eq!(code, 0, "{out}{err}");
