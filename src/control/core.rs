@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
+use crate::wire::probe::Readiness;
+
 /// The core routes, first in the table.
 pub static ROUTES: &[RouteDef] = &[
     RouteDef {
@@ -63,6 +65,7 @@ pub static ROUTES: &[RouteDef] = &[
     },
 ];
 
+/// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`).
 fn readyz(s: &ApiState) -> ApiResponse {
     // In a fleet, a replica without a valid etcd lease drives nothing: not ready
     // (it still proxies).
@@ -70,14 +73,22 @@ fn readyz(s: &ApiState) -> ApiResponse {
         if s.ready.load(Ordering::Acquire) {
             return json_response(
                 StatusCode::SERVICE_UNAVAILABLE,
-                &serde_json::json!({"status": "no-lease", "reason": reason}),
+                &Readiness {
+                    status: "no-lease".into(),
+                    table_version: None,
+                    reason: Some(reason),
+                },
             );
         }
     }
     if s.ready.load(Ordering::Acquire) {
         json_response(
             StatusCode::OK,
-            &serde_json::json!({"status": "ready", "tableVersion": s.store.load().version}),
+            &Readiness {
+                status: "ready".into(),
+                table_version: Some(s.store.load().version),
+                reason: None,
+            },
         )
     } else {
         let status = if *s.shutdown.borrow() {
@@ -87,7 +98,11 @@ fn readyz(s: &ApiState) -> ApiResponse {
         };
         json_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            &serde_json::json!({ "status": status }),
+            &Readiness {
+                status: status.into(),
+                table_version: None,
+                reason: None,
+            },
         )
     }
 }
