@@ -1,4 +1,4 @@
-//! Session affinity end to end (issue 4): cookie-jar clients stay on the
+//! Session affinity end to end: cookie-jar clients stay on the
 //! side they first landed on; the old cookie is deleted after the run.
 
 mod support;

@@ -1,4 +1,4 @@
-//! End-to-end tests of the control API (DESIGN §8, issue 3): real sockets on
+//! End-to-end tests of the control API (DESIGN §8): real sockets on
 //! 127.0.0.1, in-process echo backends, the whole app.
 
 mod support;
@@ -114,7 +114,7 @@ static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ------------------------------------------------------------ hot swap
 
-/// Issue 3: under a steady load a second task swaps the table 100 times per
+/// Under a steady load a second task swaps the table 100 times per
 /// second, alternating canaryWeight 0/100, through the API. Every swap also
 /// sets a response header `x-test-gen: <generation>` on the route (a header
 /// edit of the same table), so each response carries the generation of the
@@ -287,7 +287,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// Issue 3: after N requests with a known mix of 500s (echo --error-rate)
+/// After N requests with a known mix of 500s (echo --error-rate)
 /// and latencies (echo --latency plus a slow tenth), the API's successRate
 /// and p99 match the client's own count within 1 % and 10 %.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,4 +1,4 @@
-//! Graceful drain with the real binary (issue 7): SIGTERM stops accepting,
+//! Graceful drain with the real binary: SIGTERM stops accepting,
 //! in-flight requests finish, the process exits 0 before the drain
 //! timeout; a second signal exits at once.
 

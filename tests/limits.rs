@@ -1,4 +1,4 @@
-//! Limits and request-smuggling defences (issue 7): each limit crossed
+//! Limits and request-smuggling defences: each limit crossed
 //! gets its documented answer and the proxy keeps serving the next client;
 //! smuggling attempts get 400, the connection is closed and nothing
 //! reaches the backend (the echo backend counts requests).

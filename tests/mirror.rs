@@ -1,4 +1,4 @@
-//! Mirroring end to end (issue 4): shadow copies reach the canary with the
+//! Mirroring end to end: shadow copies reach the canary with the
 //! `-shadow` host, the client only sees the primary, a slow or dead mirror
 //! target never hurts the primary, and large bodies are not mirrored.
 

@@ -1,4 +1,4 @@
-//! HTTP/2 (h2c), gRPC and WebSocket through the proxy (issue 7).
+//! HTTP/2 (h2c), gRPC and WebSocket through the proxy.
 
 mod proto_support;
 

@@ -1,4 +1,4 @@
-//! End-to-end tests of the data plane (issue 2) through real sockets.
+//! End-to-end tests of the data plane through real sockets.
 
 mod support;
 
@@ -291,8 +291,8 @@ async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> (Str
     (head, body)
 }
 
-/// An idle keep-alive connection gives its buffers back (the hyper patch of
-/// issue 8); everything a connection does between and across idle periods must
+/// An idle keep-alive connection gives its buffers back (the hyper patch in
+/// vendor/hyper); everything a connection does between and across idle periods must
 /// work as before: a head arriving in pieces, a body arriving in pieces, an idle
 /// pause, pipelined requests, a big head after small ones.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! End-to-end tests of the rollout engine (DESIGN §6, issue 5): real sockets on
+//! End-to-end tests of the rollout engine (DESIGN §6): real sockets on
 //! 127.0.0.1, `weir echo` backends, the whole app (proxy, control API, engine), a tiny
 //! webhook receiver, analysis intervals of a few hundred milliseconds.
 //!

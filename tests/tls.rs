@@ -1,4 +1,4 @@
-//! TLS termination and origination end to end (issue 7), with certificates
+//! TLS termination and origination end to end, with certificates
 //! made in the test by rcgen.
 
 mod proto_support;
