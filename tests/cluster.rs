@@ -50,14 +50,7 @@ struct Etcd {
 impl Etcd {
     /// Starts etcd, or returns `None` (after printing why) when it is not installed.
     async fn start(test: &str) -> Option<Etcd> {
-        if Command::new("etcd")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_err()
-        {
-            println!("SKIP {test}: `etcd` is not on PATH (apt-get install etcd-server)");
+        if !support::tool_available("etcd", test, "apt-get install etcd-server") {
             return None;
         }
         let dir = std::env::temp_dir().join(format!(

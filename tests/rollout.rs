@@ -975,11 +975,11 @@ impl Drop for Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_metrics_are_queried_from_a_real_prometheus() {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("prometheus").is_file()))
-        .unwrap_or(false);
-    if !found {
-        println!("SKIP custom_metrics_are_queried_from_a_real_prometheus: `prometheus` is not on PATH (Debian: apt-get install prometheus)");
+    if !tool_available(
+        "prometheus",
+        "custom_metrics_are_queried_from_a_real_prometheus",
+        "Debian: apt-get install prometheus",
+    ) {
         return;
     }
     let (v1, v2) = (echo("v1").await, echo("v2").await);

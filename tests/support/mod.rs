@@ -457,3 +457,23 @@ impl Raw {
         !more(&mut self.s, &mut self.buf).await
     }
 }
+
+/// Whether the external program `tool` (etcd, prometheus, chromium, …) is on PATH.
+///
+/// A test that needs it calls this first. Under CI (`CI` set, as `.ci/run` runs) a
+/// missing tool fails the test: CI installs it, so its absence is a broken setup, not a
+/// reason to pass. A local run without it prints a loud line and the test returns early.
+#[allow(dead_code)]
+pub fn tool_available(tool: &str, test: &str, install: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if found {
+        return true;
+    }
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+        panic!("{test}: `{tool}` is not on PATH and CI must run this test ({install})");
+    }
+    println!("SKIP {test}: `{tool}` is not on PATH ({install}); CI fails here instead");
+    false
+}
