@@ -14,8 +14,20 @@ use std::process::ExitCode;
     about = "Traffic-splitting reverse proxy with a built-in progressive-delivery engine"
 )]
 struct Cli {
+    /// Log line format on stderr: `text` (human) or `json` (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Command,
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable lines; coloured only on a terminal without `NO_COLOR`.
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields), for log shippers.
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -285,13 +297,30 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     config::parse_duration(s)
 }
 
-fn init_logging(default: &str) {
+fn init_logging(default: &str, format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    // Logs go to stderr so that stdout stays the command's own output (the demo's story,
+    // `weir check`'s verdict); colour escapes only where a person reads a terminal.
+    let colour = ansi_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(true)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(colour).try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+}
+
+/// ANSI colour in text logs: only on a terminal, and never when `NO_COLOR` is set to a
+/// non-empty value (<https://no-color.org>).
+fn ansi_wanted(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
@@ -316,8 +345,8 @@ pub fn main() -> ExitCode {
     match cli.cmd {
         Command::Ctl { .. } => {}
         // The demo prints the rollout itself; logs only for problems.
-        Command::Demo { .. } => init_logging("warn,weir::rollout=off"),
-        _ => init_logging("info"),
+        Command::Demo { .. } => init_logging("warn,weir::rollout=off", cli.log_format),
+        _ => init_logging("info", cli.log_format),
     }
     match cli.cmd {
         Command::Check { config } => match config::load_file(&config) {
@@ -553,5 +582,24 @@ mod tests {
             };
             assert_eq!(latency, std::time::Duration::from_millis(want), "{value}");
         }
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(ansi_wanted(true, None));
+        assert!(ansi_wanted(true, Some(OsStr::new(""))));
+        assert!(!ansi_wanted(true, Some(OsStr::new("1"))));
+        assert!(!ansi_wanted(false, None));
+    }
+
+    #[test]
+    fn log_format_is_a_global_flag_with_two_values() {
+        let cli = Cli::try_parse_from(["weir", "check", "--log-format", "json"]).expect("json");
+        assert_eq!(cli.log_format, LogFormat::Json);
+        let cli = Cli::try_parse_from(["weir", "--log-format=text", "check"]).expect("text");
+        assert_eq!(cli.log_format, LogFormat::Text);
+        let e = Cli::try_parse_from(["weir", "check", "--log-format", "xml"]).expect_err("xml");
+        assert!(e.to_string().contains("--log-format"), "{e}");
     }
 }
