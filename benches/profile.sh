@@ -28,8 +28,8 @@ if [ "$mode" = cpu ]; then tools=(strace h2load curl taskset); else tools=(valgr
 for t in "${tools[@]}"; do
     command -v "$t" >/dev/null || { echo "$t missing (apt-get install $t; h2load is in nghttp2-client, taskset in util-linux)" >&2; exit 1; }
 done
-cargo build --release --bin weir
-weir="$PWD/target/release/weir"
+cargo build --profile profiling --bin weir
+weir="$PWD/target/profiling/weir"
 dir="$(mktemp -d /tmp/weir-profile-XXXXXX)"
 python3 benches/compare.py --write-configs "$dir"
 
