@@ -153,6 +153,23 @@ impl Prom {
         out
     }
 
+    /// [`Prom::steps`] once its last value is `last` (a range query ends on a 1s step,
+    /// so it may lag the newest sample an instant query already sees).
+    async fn steps_ending(&self, query: &str, start: f64, last: f64) -> Vec<f64> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let steps = self.steps(query, start).await;
+            if steps.last() == Some(&last) {
+                return steps;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{query} never ended at {last}: {steps:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Waits until the instant query has a sample equal to `want`.
     async fn until_value(&self, query: &str, want: f64) {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -309,7 +326,11 @@ async fn a_real_prometheus_follows_a_release_and_every_dashboard_query_has_data(
 
     // The weight went 0 → the steps → 0; the status 1 → 0 → 1; one run more.
     let weights = prom
-        .steps(r#"weir_canary_weight{canary="app",role="canary"}"#, began)
+        .steps_ending(
+            r#"weir_canary_weight{canary="app",role="canary"}"#,
+            began,
+            0.0,
+        )
         .await;
     assert_eq!(weights.first(), Some(&0.0), "{weights:?}");
     assert_eq!(weights.last(), Some(&0.0), "{weights:?}");
@@ -325,19 +346,24 @@ async fn a_real_prometheus_follows_a_release_and_every_dashboard_query_has_data(
         "the steps rise through the plan: {weights:?}"
     );
     let primary = prom
-        .steps(r#"weir_canary_weight{canary="app",role="primary"}"#, began)
+        .steps_ending(
+            r#"weir_canary_weight{canary="app",role="primary"}"#,
+            began,
+            100.0,
+        )
         .await;
     assert_eq!(primary.first(), Some(&100.0), "{primary:?}");
     assert_eq!(primary.last(), Some(&100.0), "{primary:?}");
     let status = prom
-        .steps(r#"weir_canary_status{canary="app"}"#, began)
+        .steps_ending(r#"weir_canary_status{canary="app"}"#, began, 1.0)
         .await;
     assert!(status.contains(&0.0), "{status:?}");
     assert_eq!(status.last(), Some(&1.0), "{status:?}");
     let runs = prom
-        .steps(
+        .steps_ending(
             r#"weir_canary_runs_total{canary="app",result="succeeded"}"#,
             began,
+            1.0,
         )
         .await;
     assert_eq!(runs, [0.0, 1.0], "{runs:?}");
