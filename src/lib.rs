@@ -27,7 +27,8 @@
 //! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`).
 //! - [`endpoints`]: the endpoint feature: the tasks that probe endpoints and tick rolling updates, and the
 //!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
-//! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks.
+//! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks,
+//!   its `/metrics` series (`rollout::exporter`, also under Flagger's names).
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.

@@ -1005,13 +1005,13 @@ async fn metrics_export_the_documented_series() {
     assert!(r.header("content-type").unwrap().starts_with("text/plain"));
     let text = r.text();
     for line in [
-        r#"weir_requests_total{route="app",role="primary",code="200"} 20"#,
-        r#"weir_requests_total{route="broken",role="primary",code="502"} 3"#,
+        r#"weir_requests_total{route="app",role="primary",backend="app-blue",code="200"} 20"#,
+        r#"weir_requests_total{route="broken",role="primary",backend="dead",code="502"} 3"#,
         r#"weir_upstream_errors_total{route="broken",role="primary",kind="upstream"} 3"#,
         r#"weir_upstream_connect_errors_total{route="broken",role="primary"} 3"#,
         r#"weir_upstream_errors_total{route="app",role="canary",kind="timeout"} 0"#,
-        r#"weir_request_duration_seconds_count{route="app",role="primary"} 20"#,
-        r#"weir_request_duration_seconds_bucket{route="app",role="primary",le="+Inf"} 20"#,
+        r#"weir_request_duration_seconds_count{route="app",role="primary",backend="app-blue"} 20"#,
+        r#"weir_request_duration_seconds_bucket{route="app",role="primary",backend="app-blue",le="+Inf"} 20"#,
         "weir_table_version 1",
         r#"weir_mirror_dropped_total{route="app",reason="busy"} 0"#,
         r#"weir_mirror_dropped_total{route="app",reason="too_large"} 0"#,

@@ -136,7 +136,7 @@ async fn broken_uploads_are_the_clients_fault(fast: bool) {
     );
     let (_, metrics) = admin_get(&app, "/metrics").await;
     for code in ["400", "499"] {
-        let line = format!(r#"route="app",role="primary",code="{code}"}} 6"#);
+        let line = format!(r#"route="app",role="primary",backend="app",code="{code}"}} 6"#);
         assert!(
             metrics
                 .lines()

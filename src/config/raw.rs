@@ -166,6 +166,10 @@ pub struct RawAdmin {
     /// File holding the bearer token; required off loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<String>,
+    /// Also export the rollout series under Flagger's names and labels
+    /// (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flagger_metrics: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

@@ -337,3 +337,17 @@ fn a_validated_canary_is_typed() {
         (std::time::Duration::from_secs(2), 3)
     );
 }
+
+#[test]
+fn admin_flagger_metrics_defaults_to_off_and_must_be_a_bool() {
+    let c = parse_yaml(GOOD, "t.yaml", Path::new(".")).unwrap();
+    assert!(!c.admin.flagger_metrics);
+    let on = format!("admin:\n  address: 127.0.0.1:9901\n  flaggerMetrics: true\n{GOOD}");
+    let c = parse_yaml(&on, "t.yaml", Path::new(".")).unwrap();
+    assert!(c.admin.flagger_metrics);
+    // A wrong type is an error at its line and column, like every other field's.
+    let e = errors(&on.replace("flaggerMetrics: true", "flaggerMetrics: maybe"));
+    let text = e.to_string();
+    assert!(e.errors[0].location.is_some_and(|(l, _)| l == 3), "{text}");
+    assert!(text.starts_with("t.yaml:3:"), "{text}");
+}

@@ -9,12 +9,12 @@
 //! and the per-status-code counters are cached in a small fixed array the
 //! first time a code is seen.
 //!
-//! Series (all documented in `docs/api.md`):
-//! - `weir_requests_total{route,role,code}`: requests finished, by status;
-//!   requests the client broke are here too, under 400, 408 or 499 (and in
-//!   no other series).
-//! - `weir_request_duration_seconds{route,role}`: histogram of the time to
-//!   the response head (same measure as the stats window).
+//! Series (all documented in `docs/metrics.md`):
+//! - `weir_requests_total{route,role,backend,code}`: requests finished, by
+//!   status; requests the client broke are here too, under 400, 408 or 499
+//!   (and in no other series).
+//! - `weir_request_duration_seconds{route,role,backend}`: histogram of the
+//!   time to the response head (same measure as the stats window).
 //! - `weir_upstream_errors_total{route,role,kind}`: proxy-made failures,
 //!   `kind` = `no_endpoint` (503), `timeout` (504), `upstream` (502).
 //! - `weir_upstream_connect_errors_total{route,role}`: the part of
@@ -27,6 +27,12 @@
 //!
 //! The last three groups are read from the live state when `/metrics` is
 //! scraped, so they cost the request path nothing.
+//!
+//! The `backend` label is the backend serving the role when the table was
+//! installed: handles are keyed by route *and* slot backends, so a slot swap
+//! installs a second set of handles and the request path still does no
+//! lookup. Features above this layer (the rollout engine's series) add their
+//! own text through [`Metrics::add_section`].
 //!
 //! [`MirrorCounters`]: super::mirror::MirrorCounters
 
@@ -85,9 +91,24 @@ pub struct Metrics {
     recorder: Arc<PrometheusRecorder>,
     /// Renders the text format.
     handle: PrometheusHandle,
-    /// Route name → handles; kept across table swaps so a route keeps its
-    /// handles (the registry would hand out the same counters anyway).
-    routes: Mutex<HashMap<String, Arc<RouteMetrics>>>,
+    /// (route, primary backend, canary backend) → handles; kept across table
+    /// swaps so a route keeps its handles (the registry would hand out the
+    /// same counters anyway). Two slots swapping back and forth make two
+    /// entries, not one per swap.
+    routes: Mutex<HashMap<RouteKey, Arc<RouteMetrics>>>,
+    /// Text appended to every scrape by features above this layer.
+    sections: Mutex<Vec<Arc<dyn ScrapeSection>>>,
+}
+
+/// Route name and the backends of its slots.
+type RouteKey = (String, String, Option<String>);
+
+/// Series a feature renders itself at scrape time (in the text exposition
+/// format, `# HELP` and `# TYPE` included), for series whose label sets come
+/// and go, which the recorder cannot forget.
+pub trait ScrapeSection: Send + Sync {
+    /// Appends this section's series to `out`.
+    fn render(&self, out: &mut String);
 }
 
 impl std::fmt::Debug for Metrics {
@@ -114,12 +135,12 @@ impl Metrics {
         describe(
             REQUESTS_TOTAL,
             None,
-            "Requests finished, by route, role (primary|canary|mirror) and status code.",
+            "Requests finished, by route, role (primary|canary|mirror), backend and status code.",
         );
         recorder.describe_histogram(
             KeyName::from_const_str(REQUEST_DURATION),
             Some(Unit::Seconds),
-            "Time from request start to the response head, by route and role.".into(),
+            "Time from request start to the response head, by route, role and backend.".into(),
         );
         describe(
             UPSTREAM_ERRORS,
@@ -161,16 +182,38 @@ impl Metrics {
             recorder: Arc::new(recorder),
             handle,
             routes: Mutex::new(HashMap::new()),
+            sections: Mutex::new(Vec::new()),
         })
     }
 
-    /// The handles of route `name`, registered on first use.
-    pub fn route(&self, name: &str) -> Arc<RouteMetrics> {
+    /// The handles of route `name` whose slots hold `primary` and `canary`,
+    /// registered on first use (at table install, never per request).
+    pub fn route(&self, name: &str, primary: &str, canary: Option<&str>) -> Arc<RouteMetrics> {
+        let key = (
+            name.to_string(),
+            primary.to_string(),
+            canary.map(str::to_string),
+        );
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         routes
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(RouteMetrics::new(self.recorder.clone(), name)))
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(RouteMetrics::new(
+                    self.recorder.clone(),
+                    name,
+                    primary,
+                    canary,
+                ))
+            })
             .clone()
+    }
+
+    /// Adds series rendered by `section` to every scrape.
+    pub fn add_section(&self, section: Arc<dyn ScrapeSection>) {
+        self.sections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(section);
     }
 
     /// Reads the scrape-time series from `store` and renders everything in
@@ -218,7 +261,16 @@ impl Metrics {
             rec.register_gauge(&Key::from_parts(UPSTREAM_IN_FLIGHT, labels()), &METADATA)
                 .set(in_flight as f64);
         }
-        self.handle.render()
+        let mut text = self.handle.render();
+        let sections = self
+            .sections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for s in sections {
+            s.render(&mut text);
+        }
+        text
     }
 
     /// Moves recorded histogram samples into their buckets. Rendering does
@@ -256,6 +308,10 @@ pub struct RouteMetrics {
     recorder: Arc<PrometheusRecorder>,
     /// The `route` label value.
     route: String,
+    /// The `backend` label value of each role, indexed like [`Role::ALL`]
+    /// (the mirror role's copies go to the canary backend; a route without a
+    /// canary has `""` there, and never records those roles).
+    backends: [String; 3],
     /// Indexed like [`Role::ALL`].
     roles: [RoleMetrics; 3],
 }
@@ -277,8 +333,20 @@ fn role_index(role: Role) -> usize {
 }
 
 impl RouteMetrics {
-    fn new(recorder: Arc<PrometheusRecorder>, route: &str) -> Self {
+    fn new(
+        recorder: Arc<PrometheusRecorder>,
+        route: &str,
+        primary: &str,
+        canary: Option<&str>,
+    ) -> Self {
+        let canary = canary.unwrap_or("").to_string();
+        let backends = [primary.to_string(), canary.clone(), canary];
         let roles = Role::ALL.map(|role| {
+            let backend = backends[role_index(role)].clone();
+            let with_backend = |mut l: Vec<Label>| {
+                l.push(Label::new("backend", backend.clone()));
+                l
+            };
             let labels = |extra: Option<(&'static str, &'static str)>| {
                 let mut l = vec![
                     Label::new("route", route.to_string()),
@@ -291,7 +359,7 @@ impl RouteMetrics {
             };
             RoleMetrics {
                 duration: recorder.register_histogram(
-                    &Key::from_parts(REQUEST_DURATION, labels(None)),
+                    &Key::from_parts(REQUEST_DURATION, with_backend(labels(None))),
                     &METADATA,
                 ),
                 errors: ERROR_KINDS.map(|kind| {
@@ -313,6 +381,7 @@ impl RouteMetrics {
         RouteMetrics {
             recorder,
             route: route.to_string(),
+            backends,
             roles,
         }
     }
@@ -323,6 +392,7 @@ impl RouteMetrics {
             vec![
                 Label::new("route", self.route.clone()),
                 Label::new("role", role.as_str()),
+                Label::new("backend", self.backends[role_index(role)].clone()),
                 Label::new("code", code.to_string()),
             ],
         );

@@ -244,7 +244,7 @@ impl TableStore {
                 primary: backends[r.primary.as_str()].clone(),
                 canary: r.canary.as_deref().map(|c| backends[c].clone()),
                 mirror: mirrors.entry(r.name.clone()).or_default().clone(),
-                metrics: self.metrics.route(&r.name),
+                metrics: self.metrics.route(&r.name, &r.primary, r.canary.as_deref()),
             })
             .collect();
         Snapshot {

@@ -18,6 +18,8 @@
 //! - [`driver`]: the [`Engine`]: one task per canary running tick → plan → hooks and
 //!   metrics → step → persist → apply → publish, manual commands, revision watching and
 //!   the state file that lets a restarted weir continue a run.
+//! - [`exporter`]: the rollout series of `/metrics` (and Flagger's names), kept from the
+//!   states the driver shows.
 //! - [`http`]: the small HTTP client all of the above share (bounded time and size).
 //! - [`api`]: the canary endpoints of the control API (`/api/v1/canaries...`).
 //!
@@ -31,6 +33,7 @@ pub mod convert;
 
 pub mod dataplane;
 pub mod driver;
+pub mod exporter;
 pub mod http;
 pub mod machine;
 pub mod metrics;

@@ -477,3 +477,60 @@ pub fn tool_available(tool: &str, test: &str, install: &str) -> bool {
     println!("SKIP {test}: `{tool}` is not on PATH ({install}); CI fails here instead");
     false
 }
+
+/// A `prometheus` process started by a test (on a port of its own choosing, read from
+/// its log, so no port is freed and re-bound); killed when dropped.
+#[allow(dead_code)]
+pub struct PrometheusProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl Drop for PrometheusProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `prometheus` with `config` (its YAML) in `dir`, listening on 127.0.0.1 port 0.
+/// Blocking: call it from `spawn_blocking` or before the runtime is busy.
+#[allow(dead_code)]
+pub fn start_prometheus(config: &str, dir: &Path) -> PrometheusProcess {
+    use std::io::BufRead;
+    std::fs::write(dir.join("prometheus.yml"), config).expect("prometheus config");
+    let mut child = std::process::Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg("--web.listen-address=127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start prometheus");
+    let stderr = child.stderr.take().expect("prometheus stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut url = None;
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let Ok(line) = line else { break };
+        if line.contains("msg=\"Listening on\"") {
+            url = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))
+                .map(|a| format!("http://{a}"));
+            break;
+        }
+        seen.push(line);
+    }
+    // Keep draining its log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let url = url.unwrap_or_else(|| panic!("prometheus did not start:\n{}", seen.join("\n")));
+    PrometheusProcess { child, url }
+}

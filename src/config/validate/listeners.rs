@@ -115,6 +115,7 @@ pub(super) fn validate_admin(
     let default = AdminConfig {
         address: SocketAddr::from(([127, 0, 0, 1], 9901)),
         token: None,
+        flagger_metrics: false,
     };
     let Some(a) = raw else { return default };
     let address = match a.address.parse::<SocketAddr>() {
@@ -153,7 +154,11 @@ pub(super) fn validate_admin(
             format!("required because admin.address {address} is not a loopback address"),
         );
     }
-    AdminConfig { address, token }
+    AdminConfig {
+        address,
+        token,
+        flagger_metrics: a.flagger_metrics.unwrap_or(false),
+    }
 }
 
 pub(super) fn validate_proxy(raw: Option<&RawProxy>, errs: &mut Errors) -> ProxySettings {

@@ -53,6 +53,8 @@ pub struct AdminConfig {
     pub address: SocketAddr,
     /// Bearer token read from `tokenFile` (trimmed); `None` = no auth (loopback only).
     pub token: Option<String>,
+    /// `flaggerMetrics`: the rollout series also under Flagger's names.
+    pub flagger_metrics: bool,
 }
 
 /// Upstream endpoint choice within a backend.

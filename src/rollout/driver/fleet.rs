@@ -53,6 +53,9 @@ impl Runner {
             if let Some(f) = self.fleet_mode.as_mut() {
                 f.driving = token;
             }
+            // The take-over's events were shown while not yet driving: show the
+            // taken-over state as driven (the rollout series appear now, not a tick later).
+            self.update_status();
         }
         true
     }
@@ -207,6 +210,10 @@ impl Runner {
         if let Some(f) = &self.fleet_mode {
             s.owner = f.ownership.owner_of(&self.def.spec.name).map(|p| p.name);
             s.driven_here = Some(f.driving.is_some());
+        }
+        if let Some(x) = &self.exporter {
+            // A replica that does not drive the canary exports none of its gauges.
+            x.update(&self.def, &self.rec.state, s.driven_here != Some(false));
         }
         *self.status.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }

@@ -59,7 +59,8 @@
 //! - [`record`]: the state record and its file;
 //! - `runner`: one canary's loop, owed writes, re-assertion and observation;
 //! - `commit`: commands, events and hooks of a step, persisting, applying;
-//! - `fleet`: the ownership gate, take-over, following the members, the status.
+//! - `fleet`: the ownership gate, take-over, following the members, the status (and the
+//!   rollout series, written with it: see [`super::exporter`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,6 +73,7 @@ use tokio::task::JoinHandle;
 
 use super::convert::{canary_def, CanaryDef};
 use super::dataplane::{DataPlane, Fleet, InProcess, Remote};
+use super::exporter::RolloutMetrics;
 use super::http::HttpClient;
 use super::machine::{LastChecks, ManualCommand, MetricResult, Phase};
 use super::spec::{Promotion, Strategy};
@@ -133,6 +135,8 @@ pub struct EngineOptions {
     /// The machine's time (milliseconds since the Unix epoch, persisted in state
     /// records, so it must mean the same after a restart) and the waits between ticks.
     pub clock: Clock,
+    /// Where the rollout series of `/metrics` are kept; `None` exports none.
+    pub exporter: Option<Arc<RolloutMetrics>>,
 }
 
 /// How often a replica that does not own a canary refreshes its status from the
@@ -367,6 +371,7 @@ impl Engine {
                 opts.sink.clone(),
             );
             runner.clock = opts.clock;
+            runner.exporter = opts.exporter.clone();
             runner.fleet_mode = opts.ownership.clone().map(|o| FleetMode {
                 owner_rx: o.subscribe(),
                 ownership: o,
@@ -463,7 +468,9 @@ impl Drop for Engine {
 /// Starts the engine of a weir process: its canaries drive the in-process table store
 /// (or their `dataPlanes`), and every event is also published on the control API's
 /// event bus as an SSE event of kind `rollout`. With `ownership` (fleet mode) only the
-/// owned canaries are driven, over every live replica, with their state in etcd.
+/// owned canaries are driven, over every live replica, with their state in etcd. The
+/// rollout series are added to the store's `/metrics` (Flagger's names too with
+/// `admin.flaggerMetrics`).
 pub fn start_for_app(
     cfg: &crate::config::Config,
     store: Arc<TableStore>,
@@ -471,6 +478,8 @@ pub fn start_for_app(
     bus: Arc<crate::control::events::EventBus>,
     ownership: Option<Arc<dyn Ownership>>,
 ) -> Result<Engine, String> {
+    let exporter = Arc::new(RolloutMetrics::new(cfg.admin.flagger_metrics));
+    store.metrics().add_section(exporter.clone());
     let sink: EventSink = Arc::new(move |e: &RolloutEvent| {
         if let Ok(v) = serde_json::to_value(e) {
             bus.publish("rollout", v);
@@ -485,6 +494,7 @@ pub fn start_for_app(
             ownership,
             peer_token: cfg.admin.token.clone(),
             clock: Clock::system(),
+            exporter: Some(exporter),
         },
     )
 }

@@ -13,6 +13,7 @@ use crate::cluster::Ownership;
 use crate::rollout::convert::NAMESPACE;
 use crate::rollout::convert::{checksum, endpoints_revision, CanaryDef, RouteChange};
 use crate::rollout::dataplane::{probe_revision, BackendView, Fleet, RouteRead};
+use crate::rollout::exporter::RolloutMetrics;
 use crate::rollout::http::HttpClient;
 use crate::rollout::machine::{plan, step, HookResult, Observation, Phase, Plan, PlanStep};
 use crate::rollout::metrics;
@@ -114,6 +115,8 @@ pub(super) struct Runner {
     pub(super) fleet_mode: Option<FleetMode>,
     /// The machine's time and the waits ([`EngineOptions::clock`]).
     pub(super) clock: Clock,
+    /// The rollout series, updated with the status ([`EngineOptions::exporter`]).
+    pub(super) exporter: Option<Arc<RolloutMetrics>>,
 }
 
 impl Runner {
@@ -162,6 +165,7 @@ impl Runner {
             persist_error: None,
             fleet_mode: None,
             clock: Clock::system(),
+            exporter: None,
         }
     }
 
@@ -520,6 +524,18 @@ impl Runner {
         } else {
             obs.primary_revision = self.slot_revision(&primary).await;
             obs.primary_ready = primary.ready;
+        }
+        if let Some(x) = &self.exporter {
+            let seen = [
+                (&route.primary, &obs.primary_revision),
+                (&canary_name, &obs.canary_revision),
+            ];
+            x.set_revisions(
+                &self.def.spec.name,
+                seen.iter()
+                    .filter_map(|(b, r)| r.as_ref().map(|r| (b.to_string(), r.clone())))
+                    .collect(),
+            );
         }
         for s in &p.steps {
             match s {

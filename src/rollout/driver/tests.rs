@@ -14,6 +14,7 @@ use crate::rollout::convert::{canary_def, CanaryDef, RouteChange};
 use crate::rollout::dataplane::{
     BackendView, DataPlane, DpError, Fleet, InProcess, RoleStats, RouteRead,
 };
+use crate::rollout::exporter::RolloutMetrics;
 use crate::rollout::machine::{CanaryState, ManualCommand, Phase};
 
 /// The analysis interval of the test canary.
@@ -276,6 +277,7 @@ async fn a_new_owner_continues_the_stored_run() {
         changes,
         lock: Arc::new(RwLock::new(())),
     });
+    let exporter = Arc::new(RolloutMetrics::new(false));
     let en = Engine::start(
         &cfg.canaries,
         EngineOptions {
@@ -285,6 +287,7 @@ async fn a_new_owner_continues_the_stored_run() {
             }),
             ownership: Some(fleet.clone()),
             clock,
+            exporter: Some(exporter.clone()),
             ..Default::default()
         },
     )
@@ -293,11 +296,21 @@ async fn a_new_owner_continues_the_stored_run() {
     tokio::time::sleep(FOLLOWER_REFRESH * 3).await;
     assert_eq!(store_weight(&store), 0, "a follower writes nothing");
     assert_eq!(en.status("app").unwrap().driven_here, Some(false));
+    assert!(
+        exporter.snapshot().canaries.is_empty(),
+        "a follower exports no rollout gauges"
+    );
 
     fleet.owned.store(true, Ordering::SeqCst);
     fleet.changes.send_modify(|v| *v += 1);
     let s = until(&en, "taken over", |s| s.driven_here == Some(true)).await;
     assert_eq!(s.phase, Phase::Progressing, "{s:#?}");
+    let shown = exporter.snapshot().canaries["app"].clone();
+    assert_eq!(
+        (shown.phase, shown.canary_weight),
+        (Phase::Progressing, 30),
+        "the owner exports the taken-over run at once"
+    );
     for _ in 0..POLLS {
         if store_weight(&store) == 30 {
             break;
@@ -319,6 +332,64 @@ async fn a_new_owner_continues_the_stored_run() {
     assert_eq!(
         saved.state.canary_weight, 40,
         "the new owner saves its steps"
+    );
+    assert_eq!(exporter.snapshot().canaries["app"].canary_weight, 40);
+    // Lost again: the gauges go with it.
+    fleet.owned.store(false, Ordering::SeqCst);
+    fleet.changes.send_modify(|v| *v += 1);
+    until(&en, "lost", |s| s.driven_here == Some(false)).await;
+    assert!(exporter.snapshot().canaries.is_empty());
+    en.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rollout_series_follow_every_step_of_a_local_run() {
+    let cfg = config();
+    let store = TableStore::new(cfg.table.clone());
+    let exporter = Arc::new(RolloutMetrics::new(false));
+    let en = Engine::start(
+        &cfg.canaries,
+        EngineOptions {
+            local: Some(LocalPlane {
+                store: store.clone(),
+                started: Instant::now(),
+            }),
+            clock: clock(),
+            exporter: Some(exporter.clone()),
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    start_run(&en).await;
+    let seen = Mutex::new(Vec::new());
+    let s = until(&en, "the end of the run", |s| {
+        let shown = &exporter.snapshot().canaries["app"];
+        // The exporter is written with the status: both show the same step.
+        assert_eq!(
+            (shown.phase, shown.canary_weight),
+            (s.phase, s.canary_weight)
+        );
+        let mut seen = seen.lock().unwrap();
+        if seen.last() != Some(&shown.canary_weight) {
+            seen.push(shown.canary_weight);
+        }
+        s.phase == Phase::Succeeded
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), [0, 10, 20, 30, 40, 50, 0], "{s:#?}");
+    let snap = exporter.snapshot();
+    let runs = &snap.runs["app"];
+    assert_eq!((runs.succeeded, runs.failed), (1, 0));
+    assert_eq!(runs.durations.count, 1);
+    assert!(
+        runs.durations.sum >= 5.0 * INTERVAL.as_secs_f64(),
+        "five steps of a minute at least: {}",
+        runs.durations.sum
+    );
+    let revs = &snap.revisions["app"];
+    assert_eq!(revs.len(), 2, "{revs:?}");
+    assert!(
+        revs.iter().any(|(b, _)| b == "app-blue") && revs.iter().any(|(b, _)| b == "app-green")
     );
     en.shutdown().await;
 }
