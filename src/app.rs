@@ -183,6 +183,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         metrics: metrics.clone(),
         events: events.clone(),
         token: cfg.admin.token.clone(),
+        read_only_token: cfg.admin.read_only_token.clone(),
         ready: ready.clone(),
         shutdown: rx.clone(),
         ext: {

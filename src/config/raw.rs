@@ -166,6 +166,10 @@ pub struct RawAdmin {
     /// File holding the bearer token; required off loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<String>,
+    /// File holding a second token that may read (every GET, `/metrics`, the
+    /// console) but never write; needs `tokenFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_token_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

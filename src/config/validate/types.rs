@@ -53,6 +53,8 @@ pub struct AdminConfig {
     pub address: SocketAddr,
     /// Bearer token read from `tokenFile` (trimmed); `None` = no auth (loopback only).
     pub token: Option<String>,
+    /// Read-only bearer token from `readOnlyTokenFile` (trimmed): GETs only.
+    pub read_only_token: Option<String>,
 }
 
 /// Upstream endpoint choice within a backend.
