@@ -32,6 +32,7 @@ pub fn api_routes() -> impl Iterator<Item = &'static RouteDef> {
         .chain(crate::rollout::api::ROUTES.iter())
         .chain(crate::endpoints::api::ROUTES.iter())
         .chain(crate::cluster::api::ROUTES.iter())
+        .chain(crate::console::ROUTES.iter())
 }
 
 /// A started weir: its bound addresses and the handles to stop it.
