@@ -801,3 +801,73 @@ async fn a_release_seen_and_driven_in_a_real_browser() {
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn weir_demo_hold_prints_the_console_url_and_keeps_serving_it() {
+    use std::io::{BufRead, Read, Write};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["demo", "--hold"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start weir demo --hold");
+    // Ends the demo however the test ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let _guard = Kill(child);
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut url = None;
+    let mut seen = Vec::new();
+    // The promote scenario takes about ten seconds; then the demo holds.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+            panic!("weir demo --hold never said it holds:\n{}", seen.join("\n"))
+        });
+        if let Some(u) = line.trim().strip_prefix("console: ") {
+            url = Some(u.to_string());
+        }
+        let holding = line.starts_with("holding:");
+        seen.push(line);
+        if holding {
+            break;
+        }
+    }
+    let all = seen.join("\n");
+    assert!(all.contains("demo promote: OK"), "{all}");
+    let url = url.unwrap_or_else(|| panic!("no console URL printed:\n{all}"));
+    let hostport = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/ui/"))
+        .unwrap_or_else(|| panic!("{url}"));
+    assert!(hostport.starts_with("127.0.0.1:"), "{url}");
+    let mut s = std::net::TcpStream::connect(hostport).expect("the held demo's admin listener");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /ui/ HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("weir console"));
+}
