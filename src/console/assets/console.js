@@ -486,9 +486,10 @@
     for (const e of run.slice().reverse()) for (const c of e.checks || []) checks.push([e.timeMs, c]);
     $('checks').replaceChildren(
       el('thead', {}, el('tr', {}, el('th', {}, 'time'), el('th', {}, 'check'), el('th', {}, 'value'), el('th', { class: 'hide-narrow' }, 'reason'))),
-      el('tbody', {}, checks.slice(0, 40).map(([t, c]) => el('tr', { class: c.passed ? 'pass' : 'fail' },
+      el('tbody', {}, checks.length ? checks.slice(0, 40).map(([t, c]) => el('tr', { class: c.passed ? 'pass' : 'fail' },
         el('td', { class: 'num' }, fmtTime(t)), el('td', {}, (c.passed ? '✓ ' : '✗ ') + c.name),
-        el('td', { class: 'num' }, fmtNum(c.value, 2)), el('td', { class: 'hide-narrow' }, c.reason)))));
+        el('td', { class: 'num' }, fmtNum(c.value, 2)), el('td', { class: 'hide-narrow' }, c.reason)))
+        : el('tr', { class: 'empty' }, el('td', { colspan: '4', class: 'muted' }, 'No check measured in this run yet.'))));
 
     $('timeline').replaceChildren(...(st.events || []).slice().reverse().map((e) =>
       el('li', { class: (e.warning ? 'warning ' : '') + e.reason },
