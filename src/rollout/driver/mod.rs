@@ -20,8 +20,8 @@
 //!
 //! # Restart
 //! The state file (`<stateDir>/<canary>.json`, written atomically: temp file, fsync,
-//! rename) holds the machine's state, the slot names, the session-affinity cookie values
-//! and the route writes still owed, and is written after every step. A restarted engine
+//! rename) holds the machine's state, the slot names, the session-affinity cookie values,
+//! the route writes still owed and the run history, and is written after every step. A restarted engine
 //! **continues the run** from it: it re-asserts the recorded traffic on every data plane
 //! (a restarted proxy comes back with its config file's weights, and with the slots of
 //! the config file rather than those of the last swap), then goes on ticking. The first
