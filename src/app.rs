@@ -32,6 +32,7 @@ pub fn api_routes() -> impl Iterator<Item = &'static RouteDef> {
         .chain(crate::rollout::api::ROUTES.iter())
         .chain(crate::endpoints::api::ROUTES.iter())
         .chain(crate::cluster::api::ROUTES.iter())
+        .chain(crate::console::ROUTES.iter())
 }
 
 /// A started weir: its bound addresses and the handles to stop it.
@@ -183,6 +184,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         metrics: metrics.clone(),
         events: events.clone(),
         token: cfg.admin.token.clone(),
+        read_only_token: cfg.admin.read_only_token.clone(),
         ready: ready.clone(),
         shutdown: rx.clone(),
         ext: {

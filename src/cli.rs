@@ -79,6 +79,9 @@ enum Command {
         /// Which release to play.
         #[arg(long, value_enum, default_value = "promote")]
         scenario: crate::demo::Scenario,
+        /// After the outcome, keep the demo running (console, proxy, engine) until Ctrl-C.
+        #[arg(long)]
+        hold: bool,
     },
     /// Client of the control API (readable tables; --json for raw JSON).
     Ctl {
@@ -444,7 +447,7 @@ pub fn main() -> ExitCode {
             json,
             cmd,
         } => ctl_main(api, token_file, json, cmd),
-        Command::Demo { scenario } => crate::demo::main(scenario),
+        Command::Demo { scenario, hold } => crate::demo::main(scenario, hold),
     }
 }
 

@@ -163,6 +163,12 @@ fn acceptance_handler(v2: SocketAddr) -> HookHandler {
 
 /// Runs one scenario, printing it live; `Ok(true)` when the outcome is the expected one.
 pub async fn run(scenario: Scenario) -> Result<bool, String> {
+    run_with(scenario, false).await
+}
+
+/// [`run`], and with `hold` the demo stays up after the outcome (backends, proxy,
+/// engine, the console, light traffic) until Ctrl-C, for a look in the console.
+pub async fn run_with(scenario: Scenario, hold: bool) -> Result<bool, String> {
     let t0 = Instant::now();
     let v1 = echo("v1", 0.0).await?;
     let v2 = echo(
@@ -189,6 +195,7 @@ pub async fn run(scenario: Scenario) -> Result<bool, String> {
         "  v1 on {}, v2 on {}; proxy http://{proxy}; control API http://{}",
         v1.addr, v2.addr, app.admin_addr
     );
+    println!("  console: http://{}/ui/", app.admin_addr);
     println!("  route app: primary app-blue (v1), idle slot app-green (v1); analysis every 1s");
 
     let seen = Arc::new(Seen::default());
@@ -324,6 +331,20 @@ pub async fn run(scenario: Scenario) -> Result<bool, String> {
             false
         }
     };
+    if hold {
+        // A trickle of requests keeps the console's rates and charts alive.
+        let trickle = crate::demo::traffic::TrafficSpec::new(proxy)
+            .pause(Duration::from_millis(50))
+            .start();
+        println!(
+            "holding: console http://{}/ui/ , proxy http://{proxy} ; Ctrl-C to stop",
+            app.admin_addr
+        );
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("demo: cannot wait for Ctrl-C ({e}); stopping");
+        }
+        trickle.stop().await;
+    }
     engine.shutdown().await;
     app.shutdown().await;
     drop(hooks);
@@ -441,7 +462,7 @@ async fn verify(
 }
 
 /// Entry point of `weir demo`: exit 0 only for the expected outcome.
-pub fn main(scenario: Scenario) -> std::process::ExitCode {
+pub fn main(scenario: Scenario, hold: bool) -> std::process::ExitCode {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -453,7 +474,7 @@ pub fn main(scenario: Scenario) -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(scenario)) {
+    match rt.block_on(run_with(scenario, hold)) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => std::process::ExitCode::FAILURE,
         Err(e) => {

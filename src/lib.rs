@@ -29,6 +29,7 @@
 //!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
 //! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks,
 //!   its `/metrics` series (`rollout::exporter`, also under Flagger's names).
+//! - [`console`]: the web console at `/ui/` (files compiled in, strict CSP); it reads the API like any client.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
@@ -41,7 +42,7 @@
 //! 2. `config`, then `wire` (the API's documents; the table is config's raw schema);
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
-//! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`;
+//! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`, then `console`;
 //! 6. `app` (composition), `cli`, `ctl`, `demo`.
 //!
 //! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
@@ -52,6 +53,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod control;
 pub mod ctl;
 pub mod dataplane;

@@ -31,6 +31,7 @@ const ORDER: &[&str] = &[
     "table_api",
     "cluster",
     "rollout",
+    "console",
     // composition and commands
     "app",
     "ctl",

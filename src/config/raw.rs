@@ -170,6 +170,10 @@ pub struct RawAdmin {
     /// (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flagger_metrics: Option<bool>,
+    /// File holding a second token that may read (every GET, `/metrics`, the
+    /// console) but never write; needs `tokenFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_token_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

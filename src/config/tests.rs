@@ -351,3 +351,55 @@ fn admin_flagger_metrics_defaults_to_off_and_must_be_a_bool() {
     assert!(e.errors[0].location.is_some_and(|(l, _)| l == 3), "{text}");
     assert!(text.starts_with("t.yaml:3:"), "{text}");
 }
+
+#[test]
+fn a_read_only_token_needs_a_writing_token_of_its_own() {
+    let dir = std::env::temp_dir().join(format!("weir-config-ro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("w"), "write-token-0123456789\n").unwrap();
+    std::fs::write(dir.join("r"), "read-token-0123456789\n").unwrap();
+    std::fs::write(dir.join("short"), "short\n").unwrap();
+    let yaml = |admin: &str| {
+        GOOD.replacen(
+            "routes:",
+            &format!("admin:\n  address: 127.0.0.1:0\n{admin}routes:"),
+            1,
+        )
+    };
+    let c = parse_yaml(
+        &yaml("  tokenFile: w\n  readOnlyTokenFile: r\n"),
+        "t.yaml",
+        &dir,
+    )
+    .unwrap();
+    assert_eq!(c.admin.token.as_deref(), Some("write-token-0123456789"));
+    assert_eq!(
+        c.admin.read_only_token.as_deref(),
+        Some("read-token-0123456789")
+    );
+    let cases = [
+        ("  readOnlyTokenFile: r\n", "needs admin.tokenFile"),
+        ("  tokenFile: w\n  readOnlyTokenFile: w\n", "must differ"),
+        (
+            "  tokenFile: w\n  readOnlyTokenFile: short\n",
+            "at least 16",
+        ),
+        (
+            "  tokenFile: w\n  readOnlyTokenFile: missing\n",
+            "cannot read",
+        ),
+    ];
+    for (admin, reason) in cases {
+        let e = match parse_yaml(&yaml(admin), "t.yaml", &dir) {
+            Ok(_) => panic!("accepted: {admin}"),
+            Err(e) => e,
+        };
+        assert!(
+            e.errors
+                .iter()
+                .any(|x| x.path == "admin.readOnlyTokenFile" && x.reason.contains(reason)),
+            "{admin}: {e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -101,6 +101,8 @@ pub struct ApiState {
     pub events: Arc<EventBus>,
     /// Bearer token, if configured.
     pub token: Option<String>,
+    /// The token that may only read (`admin.readOnlyTokenFile`), if configured.
+    pub read_only_token: Option<String>,
     /// True once every listener is bound and the table is loaded; false
     /// again while draining (`/readyz`).
     pub ready: Arc<AtomicBool>,
@@ -132,6 +134,8 @@ pub struct ApiRequest {
     pub body: Bytes,
     /// The client's address (audit log).
     pub peer: SocketAddr,
+    /// What the presented token may do (`Write` on a public route).
+    pub access: super::auth::Access,
 }
 
 impl ApiRequest {

@@ -1,23 +1,29 @@
 //! Bearer-token authentication of the control API.
 //!
-//! When `admin.tokenFile` is configured every endpoint except `/healthz` and
-//! `/readyz` needs `Authorization: Bearer <token>`. The comparison takes the
-//! same time whatever the first differing byte is (a timing side channel
-//! would let a client guess the token byte by byte); only the length of the
-//! expected token could be inferred, which the config already makes at least
-//! 16 characters. The token is never logged or echoed.
+//! When `admin.tokenFile` is configured every endpoint except `/healthz`,
+//! `/readyz` and the console's static files needs `Authorization: Bearer
+//! <token>`. `admin.readOnlyTokenFile` adds a second token that is granted
+//! [`Access::Read`]: GET and HEAD only; the dispatcher answers 403 to any
+//! other method presented with it. The comparison takes the same time
+//! whatever the first differing byte is (a timing side channel would let a
+//! client guess the token byte by byte); only the length of the expected
+//! token could be inferred, which the config already makes at least 16
+//! characters. Both tokens are compared on every request, so the time taken
+//! does not tell which one matched either. Tokens are never logged or echoed.
 
 use http::header::AUTHORIZATION;
 use http::HeaderMap;
 
+pub use crate::wire::access::Access;
+
 /// The outcome of checking one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthResult {
-    /// No token configured, or the right one presented.
-    Allowed,
+    /// No token configured, or a configured one presented, with its access.
+    Allowed(Access),
     /// No `Authorization: Bearer` header.
     Missing,
-    /// A bearer token that is not the configured one.
+    /// A bearer token that is not a configured one.
     Wrong,
 }
 
@@ -35,10 +41,11 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Checks the request's bearer token against `expected` (`None`: no auth).
-pub fn check(expected: Option<&str>, headers: &HeaderMap) -> AuthResult {
-    let Some(expected) = expected else {
-        return AuthResult::Allowed;
+/// Checks the request's bearer token against the token that writes
+/// (`None`: no authentication) and the one that only reads.
+pub fn check(write: Option<&str>, read_only: Option<&str>, headers: &HeaderMap) -> AuthResult {
+    let Some(expected) = write else {
+        return AuthResult::Allowed(Access::Write);
     };
     let Some(value) = headers.get(AUTHORIZATION) else {
         return AuthResult::Missing;
@@ -49,8 +56,12 @@ pub fn check(expected: Option<&str>, headers: &HeaderMap) -> AuthResult {
         return AuthResult::Missing;
     }
     let presented = value[7..].trim_ascii();
-    if constant_time_eq(presented, expected.as_bytes()) {
-        AuthResult::Allowed
+    let is_write = constant_time_eq(presented, expected.as_bytes());
+    let is_read = read_only.is_some_and(|r| constant_time_eq(presented, r.as_bytes()));
+    if is_write {
+        AuthResult::Allowed(Access::Write)
+    } else if is_read {
+        AuthResult::Allowed(Access::Read)
     } else {
         AuthResult::Wrong
     }
@@ -77,20 +88,38 @@ mod tests {
 
     #[test]
     fn bearer_parsing() {
-        let tok = Some("0123456789abcdef");
-        assert_eq!(check(None, &HeaderMap::new()), AuthResult::Allowed);
-        assert_eq!(check(tok, &HeaderMap::new()), AuthResult::Missing);
-        assert_eq!(check(tok, &headers("Basic abc")), AuthResult::Missing);
+        let write = AuthResult::Allowed(Access::Write);
+        let check = |h: &HeaderMap| check(Some("0123456789abcdef"), None, h);
+        assert_eq!(super::check(None, None, &HeaderMap::new()), write);
+        assert_eq!(check(&HeaderMap::new()), AuthResult::Missing);
+        assert_eq!(check(&headers("Basic abc")), AuthResult::Missing);
+        assert_eq!(check(&headers("Bearer 0123456789abcdef")), write);
+        assert_eq!(check(&headers("bearer   0123456789abcdef ")), write);
         assert_eq!(
-            check(tok, &headers("Bearer 0123456789abcdef")),
-            AuthResult::Allowed
+            check(&headers("Bearer 0123456789abcdeX")),
+            AuthResult::Wrong
+        );
+    }
+
+    #[test]
+    fn the_read_only_token_reads() {
+        let both = |h: &HeaderMap| check(Some("0123456789abcdef"), Some("fedcba9876543210"), h);
+        assert_eq!(
+            both(&headers("Bearer 0123456789abcdef")),
+            AuthResult::Allowed(Access::Write)
         );
         assert_eq!(
-            check(tok, &headers("bearer   0123456789abcdef ")),
-            AuthResult::Allowed
+            both(&headers("Bearer fedcba9876543210")),
+            AuthResult::Allowed(Access::Read)
         );
+        assert_eq!(both(&headers("Bearer fedcba987654321")), AuthResult::Wrong);
+        // Without a read-only token configured, no other token reads.
         assert_eq!(
-            check(tok, &headers("Bearer 0123456789abcdeX")),
+            check(
+                Some("0123456789abcdef"),
+                None,
+                &headers("Bearer fedcba9876543210")
+            ),
             AuthResult::Wrong
         );
     }

@@ -1,6 +1,7 @@
 //! The routes every weir serves whatever its features: the probes
-//! (`/healthz`, `/readyz`), `/metrics`, `/openapi.json` and the event
-//! stream `/api/v1/events`.
+//! (`/healthz`, `/readyz`), `/metrics`, `/openapi.json`, the event
+//! stream `/api/v1/events` and `/api/v1/whoami` (what the presented token
+//! may do).
 
 use super::api::{full, json_response, raw_json, ApiResponse, ApiState, ReadinessCheck, RouteDef};
 use super::api::{OPENAPI_JSON, SSE_KEEPALIVE};
@@ -15,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
+use crate::wire::access::WhoAmI;
 use crate::wire::probe::Readiness;
 
 /// The core routes, first in the table.
@@ -53,6 +55,22 @@ pub static ROUTES: &[RouteDef] = &[
                 Ok(raw_json(
                     StatusCode::OK,
                     Bytes::from_static(OPENAPI_JSON.as_bytes()),
+                ))
+            })
+        },
+    },
+    RouteDef {
+        method: Method::GET,
+        path: "/api/v1/whoami",
+        auth: true,
+        handler: |s, r| {
+            Box::pin(async move {
+                Ok(json_response(
+                    StatusCode::OK,
+                    &WhoAmI {
+                        access: r.access,
+                        token_required: s.token.is_some(),
+                    },
                 ))
             })
         },

@@ -3,7 +3,7 @@
 
 use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
 use super::api::{HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS};
-use super::auth::{self, AuthResult};
+use super::auth::{self, Access, AuthResult};
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -152,9 +152,11 @@ async fn dispatch(
         }
     }
     // Authenticate before telling anything about paths.
+    let mut access = Access::Write;
     if needs_auth {
-        match auth::check(state.token.as_deref(), req.headers()) {
-            AuthResult::Allowed => {}
+        let token = state.token.as_deref();
+        match auth::check(token, state.read_only_token.as_deref(), req.headers()) {
+            AuthResult::Allowed(a) => access = a,
             r => {
                 let reason = if r == AuthResult::Missing {
                     "missing bearer token (Authorization: Bearer <token>)"
@@ -169,6 +171,18 @@ async fn dispatch(
                 return Err(e);
             }
         }
+    }
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    if access == Access::Read && !reads {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            None,
+            format!(
+                "the read-only token may not {} {path}: writes need the admin.tokenFile token",
+                req.method()
+            ),
+        ));
     }
     let Some((def, params)) = matched else {
         if allowed.is_empty() {
@@ -204,6 +218,7 @@ async fn dispatch(
         headers: parts.headers,
         body,
         peer,
+        access,
     };
     (def.handler)(state, api_req).await
 }

@@ -91,7 +91,8 @@ fn engine(s: &ApiState) -> Result<Arc<Engine>, ApiError> {
 /// `GET /api/v1/canaries`: every canary, without its events.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CanaryList {
-    /// One status per configured canary (`events` empty: see each canary's own page).
+    /// One status per configured canary (`events` and `history` empty: see each
+    /// canary's own page).
     pub canaries: Vec<CanaryStatus>,
 }
 
@@ -124,6 +125,7 @@ fn list(s: &ApiState) -> Result<ApiResponse, ApiError> {
         .into_iter()
         .map(|mut st| {
             st.events.clear();
+            st.history.clear();
             st
         })
         .collect();

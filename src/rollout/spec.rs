@@ -152,6 +152,31 @@ impl AnalysisSpec {
     }
 }
 
+impl AnalysisSpec {
+    /// The canary weights a canary-strategy run walks through, as the machine steps
+    /// them from 0 (each step adds [`next_step_weight`](Self::next_step_weight) until
+    /// the max weight is reached; the last may overshoot it, as in Flagger). Empty for
+    /// A/B and blue/green, whose plan is `iterations`, and for a spec that cannot move.
+    pub fn weight_plan(&self) -> Vec<u8> {
+        let mut plan = Vec::new();
+        if self.strategy() != Strategy::Canary {
+            return plan;
+        }
+        let max = self.max_weight();
+        let mut w: u8 = 0;
+        // Every step adds at least 1, so 100 steps reach any max.
+        while w < max && plan.len() <= usize::from(TOTAL_WEIGHT) {
+            let step = self.next_step_weight(w);
+            if step == 0 {
+                return Vec::new();
+            }
+            w = w.saturating_add(step).min(TOTAL_WEIGHT);
+            plan.push(w);
+        }
+        plan
+    }
+}
+
 /// One metric check (Flagger's `metrics[]` entry with its `thresholdRange`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -10,6 +10,7 @@
 //! This module sits low in the layering: besides serde and std it uses only the
 //! value types below it (`config::raw` for the table, `stats` for windows).
 
+pub mod access;
 pub mod cluster;
 pub mod error;
 pub mod probe;

@@ -116,6 +116,7 @@ pub(super) fn validate_admin(
         address: SocketAddr::from(([127, 0, 0, 1], 9901)),
         token: None,
         flagger_metrics: false,
+        read_only_token: None,
     };
     let Some(a) = raw else { return default };
     let address = match a.address.parse::<SocketAddr>() {
@@ -131,33 +132,56 @@ pub(super) fn validate_admin(
             return default;
         }
     };
-    let token = match &a.token_file {
-        None => None,
-        Some(f) => match std::fs::read_to_string(base.join(f)) {
-            Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
-            Ok(_) => {
-                errs.push(
-                    "admin.tokenFile",
-                    "the token must be at least 16 characters",
-                );
-                None
-            }
-            Err(e) => {
-                errs.push("admin.tokenFile", format!("cannot read {f}: {e}"));
-                None
-            }
-        },
-    };
+    let token = a
+        .token_file
+        .as_deref()
+        .and_then(|f| read_token(base, f, "admin.tokenFile", errs));
     if token.is_none() && a.token_file.is_none() && !address.ip().is_loopback() {
         errs.push(
             "admin.tokenFile",
             format!("required because admin.address {address} is not a loopback address"),
         );
     }
+    let read_only_token = a
+        .read_only_token_file
+        .as_deref()
+        .and_then(|f| read_token(base, f, "admin.readOnlyTokenFile", errs));
+    if a.read_only_token_file.is_some() && a.token_file.is_none() {
+        // Without a writing token every client may already write: a token
+        // that only reads would promise a restriction that is not there.
+        errs.push(
+            "admin.readOnlyTokenFile",
+            "needs admin.tokenFile (without it the API takes writes from anyone)",
+        );
+    }
+    if let (Some(w), Some(r)) = (&token, &read_only_token) {
+        if w == r {
+            errs.push(
+                "admin.readOnlyTokenFile",
+                "must differ from the admin.tokenFile token",
+            );
+        }
+    }
     AdminConfig {
         address,
         token,
+        read_only_token,
         flagger_metrics: a.flagger_metrics.unwrap_or(false),
+    }
+}
+
+/// Reads a bearer token file (trimmed, at least 16 characters).
+fn read_token(base: &Path, file: &str, field: &str, errs: &mut Errors) -> Option<String> {
+    match std::fs::read_to_string(base.join(file)) {
+        Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),
+        Ok(_) => {
+            errs.push(field, "the token must be at least 16 characters");
+            None
+        }
+        Err(e) => {
+            errs.push(field, format!("cannot read {file}: {e}"));
+            None
+        }
     }
 }
 

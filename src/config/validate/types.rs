@@ -55,6 +55,8 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// `flaggerMetrics`: the rollout series also under Flagger's names.
     pub flagger_metrics: bool,
+    /// Read-only bearer token from `readOnlyTokenFile` (trimmed): GETs only.
+    pub read_only_token: Option<String>,
 }
 
 /// Upstream endpoint choice within a backend.

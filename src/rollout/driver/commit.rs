@@ -187,6 +187,10 @@ impl Runner {
                 }
             }
         }
+        let reason = events.last().map_or("", |e| e.message.as_str());
+        if let Some(run) = record::finished_run(prev, &next, reason, now) {
+            record::push_history(&mut self.rec.history, run);
+        }
         self.rec.state = next;
         events
     }

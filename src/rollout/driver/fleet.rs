@@ -249,6 +249,13 @@ pub(super) fn build_status(
         iterations_total: a.iterations,
         failed_checks: st.failed_checks,
         threshold: a.effective_threshold(),
+        interval_ms: a.interval_ms,
+        next_tick_ms: match st.last_tick_ms {
+            Some(last) if !st.paused => Some(last.saturating_add(a.interval_ms)),
+            _ => None,
+        },
+        weight_plan: a.weight_plan(),
+        metrics: a.metrics.clone(),
         revision: st.revision.clone(),
         promoted_revision: st.promoted_revision.clone(),
         pending_revision: st.pending_revision.clone(),
@@ -264,5 +271,6 @@ pub(super) fn build_status(
         owner: None,
         driven_here: None,
         events: ring.iter().cloned().collect(),
+        history: rec.history.clone(),
     }
 }

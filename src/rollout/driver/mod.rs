@@ -20,8 +20,8 @@
 //!
 //! # Restart
 //! The state file (`<stateDir>/<canary>.json`, written atomically: temp file, fsync,
-//! rename) holds the machine's state, the slot names, the session-affinity cookie values
-//! and the route writes still owed, and is written after every step. A restarted engine
+//! rename) holds the machine's state, the slot names, the session-affinity cookie values,
+//! the route writes still owed and the run history, and is written after every step. A restarted engine
 //! **continues the run** from it: it re-asserts the recorded traffic on every data plane
 //! (a restarted proxy comes back with its config file's weights, and with the slots of
 //! the config file rather than those of the last swap), then goes on ticking. The first
@@ -76,7 +76,7 @@ use super::dataplane::{DataPlane, Fleet, InProcess, Remote};
 use super::exporter::RolloutMetrics;
 use super::http::HttpClient;
 use super::machine::{LastChecks, ManualCommand, MetricResult, Phase};
-use super::spec::{Promotion, Strategy};
+use super::spec::{MetricSpec, Promotion, Strategy};
 use crate::clock::Clock;
 use crate::cluster::Ownership;
 use crate::config::CanaryConfig;
@@ -89,7 +89,7 @@ mod runner;
 pub mod record;
 
 use fleet::{applied_revision, build_status};
-pub use record::{load_record, save_record, Record, Slots};
+pub use record::{load_record, save_record, Record, RunSummary, Slots};
 use runner::{FleetMode, Runner};
 
 #[cfg(test)]
@@ -207,6 +207,21 @@ pub struct CanaryStatus {
     pub failed_checks: u32,
     /// Failed checks that roll back.
     pub threshold: u32,
+    /// Time between two ticks (the analysis `interval`).
+    #[serde(default)]
+    pub interval_ms: u64,
+    /// When the next tick is due (ms since the Unix epoch); `None` while paused or
+    /// before the first tick. A time in the past means the tick is under way or
+    /// waits for a data plane.
+    #[serde(default)]
+    pub next_tick_ms: Option<u64>,
+    /// The canary weights of a canary-strategy run, step by step (empty for A/B and
+    /// blue/green: their plan is `iterationsTotal`).
+    #[serde(default)]
+    pub weight_plan: Vec<u8>,
+    /// The metric checks with their threshold ranges.
+    #[serde(default)]
+    pub metrics: Vec<MetricSpec>,
     /// Revision of the current (or last) run.
     pub revision: Option<String>,
     /// Revision of the last promotion.
@@ -241,6 +256,10 @@ pub struct CanaryStatus {
     pub driven_here: Option<bool>,
     /// Recent events, oldest first.
     pub events: Vec<RolloutEvent>,
+    /// Finished runs, oldest first (at most [`record::HISTORY_LEN`]; kept across a
+    /// restart with `rollout.stateDir`, and in etcd in a fleet).
+    #[serde(default)]
+    pub history: Vec<RunSummary>,
 }
 
 /// The answer to an operator's command.

@@ -124,6 +124,86 @@ async fn a_restarted_engine_reasserts_the_run_and_waits_one_interval() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_run_history_and_the_plan_are_in_the_status_and_survive_a_restart() {
+    let cfg = config();
+    let dir = std::env::temp_dir().join(format!("weir-driver-history-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = clock();
+    let opts = |store: &Arc<TableStore>| EngineOptions {
+        state_dir: Some(dir.clone()),
+        local: Some(LocalPlane {
+            store: store.clone(),
+            started: Instant::now(),
+        }),
+        clock,
+        ..Default::default()
+    };
+    let store = TableStore::new(cfg.table.clone());
+    let en = Engine::start(&cfg.canaries, opts(&store)).expect("engine");
+    start_run(&en).await;
+    let s = until(&en, "the first step", |s| s.canary_weight == 10).await;
+    assert_eq!(s.weight_plan, vec![10, 20, 30, 40, 50]);
+    assert_eq!(s.interval_ms, 60_000);
+    let last_tick = s.next_tick_ms.expect("a tick is scheduled") - 60_000;
+    assert!(last_tick >= 1_700_000_000_000, "{s:#?}");
+    let paused = en.command("app", ManualCommand::Pause).await.unwrap();
+    assert!(paused.accepted);
+    assert_eq!(paused.status.next_tick_ms, None, "paused: no tick is due");
+    en.command("app", ManualCommand::Resume).await.unwrap();
+    let s = until(&en, "succeeded", |s| s.phase == Phase::Succeeded).await;
+    assert_eq!(s.history.len(), 1, "{:#?}", s.history);
+    let run = &s.history[0];
+    assert_eq!(
+        (run.result, run.revision.as_deref()),
+        (Phase::Succeeded, Some("v2"))
+    );
+    assert!(
+        run.duration_ms() >= 5 * 60_000,
+        "five steps of a minute: {run:?}"
+    );
+    // A second run, aborted: a Failed entry after the first.
+    let out = en
+        .command(
+            "app",
+            ManualCommand::Start {
+                revision: "v3".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(out.accepted, "{}", out.message);
+    until(&en, "v3 progressing", |s| s.canary_weight == 10).await;
+    let out = en.command("app", ManualCommand::Abort).await.unwrap();
+    assert!(out.accepted, "{}", out.message);
+    let s = until(&en, "rolled back", |s| s.history.len() == 2).await;
+    assert_eq!(s.history[1].result, Phase::Failed);
+    assert_eq!(s.history[1].revision.as_deref(), Some("v3"));
+    assert!(!s.history[1].reason.is_empty());
+    en.shutdown().await;
+
+    let en =
+        Engine::start(&cfg.canaries, opts(&TableStore::new(cfg.table.clone()))).expect("engine");
+    let s = until(&en, "restored", |s| {
+        s.events.iter().any(|e| e.reason == "Restored")
+    })
+    .await;
+    let revs: Vec<_> = s
+        .history
+        .iter()
+        .map(|r| (r.result, r.revision.clone()))
+        .collect();
+    assert_eq!(
+        revs,
+        vec![
+            (Phase::Succeeded, Some("v2".to_string())),
+            (Phase::Failed, Some("v3".to_string()))
+        ]
+    );
+    en.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The in-process plane, whose writes fail while `down` is set.
 struct Flaky {
     inner: Arc<InProcess>,

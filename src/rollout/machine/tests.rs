@@ -1586,6 +1586,38 @@ fn next_step_weight_and_max_weight_follow_flagger() {
 }
 
 #[test]
+fn the_weight_plan_is_the_weights_the_machine_steps_through() {
+    let a = AnalysisSpec {
+        step_weight: 20,
+        max_weight: 50,
+        ..AnalysisSpec::default()
+    };
+    // 20, 40, then 60: the last step overshoots the max, as Flagger's does.
+    assert_eq!(a.weight_plan(), vec![20, 40, 60]);
+    let a = AnalysisSpec {
+        step_weights: vec![1, 2, 10, 80],
+        ..AnalysisSpec::default()
+    };
+    assert_eq!(a.weight_plan(), vec![1, 2, 10, 80]);
+    let a = AnalysisSpec {
+        step_weight: 10,
+        ..AnalysisSpec::default()
+    };
+    assert_eq!(a.weight_plan().len(), 10);
+    assert_eq!(a.weight_plan().last(), Some(&100));
+    let ab = AnalysisSpec {
+        step_weight: 10,
+        iterations: 3,
+        ..AnalysisSpec::default()
+    };
+    assert!(
+        ab.weight_plan().is_empty(),
+        "A/B and blue/green plan iterations"
+    );
+    assert!(AnalysisSpec::default().weight_plan().is_empty());
+}
+
+#[test]
 fn metric_ranges_are_judged_like_flagger() {
     let rate = metric("request-success-rate", Some(99.0), None);
     let duration = metric("request-duration", None, Some(500.0));
