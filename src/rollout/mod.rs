@@ -18,7 +18,10 @@
 //! - [`driver`]: the [`Engine`]: one task per canary running tick → plan → hooks and
 //!   metrics → step → persist → apply → publish, manual commands, revision watching and
 //!   the state file that lets a restarted weir continue a run.
-//! - [`http`]: the small HTTP client all of the above share (bounded time and size).
+//! - [`alerts`]: notifications of the canaries' events to chat services and webhooks
+//!   (`alertProviders`, `analysis.alerts`), off the tick path.
+//! - [`http`]: the small HTTP client all of the above share (bounded time and size,
+//!   `http://` and `https://`).
 //! - [`api`]: the canary endpoints of the control API (`/api/v1/canaries...`).
 //!
 //! What the engine must never do: block or slow the proxy's request path (it runs in
@@ -26,6 +29,7 @@
 //! pass a check it could not measure, or leave traffic shifted with no engine watching
 //! it (see the restart rules in [`driver`]).
 
+pub mod alerts;
 pub mod api;
 pub mod convert;
 

@@ -257,5 +257,6 @@ pub(super) fn build_status(
         owner: None,
         driven_here: None,
         events: ring.iter().cloned().collect(),
+        notifications: Vec::new(),
     }
 }

@@ -70,6 +70,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::alerts::{Alerter, NotificationStatus};
 use super::convert::{canary_def, CanaryDef};
 use super::dataplane::{DataPlane, Fleet, InProcess, Remote};
 use super::http::HttpClient;
@@ -133,6 +134,9 @@ pub struct EngineOptions {
     /// The machine's time (milliseconds since the Unix epoch, persisted in state
     /// records, so it must mean the same after a restart) and the waits between ticks.
     pub clock: Clock,
+    /// Notifies the events to the canaries' `analysis.alerts` (and keeps the results
+    /// the status shows).
+    pub alerter: Option<Arc<Alerter>>,
 }
 
 /// How often a replica that does not own a canary refreshes its status from the
@@ -237,6 +241,9 @@ pub struct CanaryStatus {
     pub driven_here: Option<bool>,
     /// Recent events, oldest first.
     pub events: Vec<RolloutEvent>,
+    /// The last notification per alert provider of this canary's `analysis.alerts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationStatus>,
 }
 
 /// The answer to an operator's command.
@@ -282,6 +289,7 @@ struct CanaryHandle {
 /// The rollout engine of one weir: a task per canary.
 pub struct Engine {
     canaries: BTreeMap<String, CanaryHandle>,
+    alerter: Option<Arc<Alerter>>,
     events: broadcast::Sender<RolloutEvent>,
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -316,6 +324,9 @@ impl Engine {
                     format!("engine:{}", def.spec.name),
                 ))]
             } else {
+                let client = client
+                    .trusting(def.data_plane_ca_file.as_deref())
+                    .map_err(|e| format!("canary {}: dataPlaneCaFile: {e}", def.spec.name))?;
                 def.data_planes
                     .iter()
                     .map(|u| {
@@ -333,8 +344,17 @@ impl Engine {
     }
 
     /// Starts one task per canary on the given data planes.
-    fn start_on(runners: Vec<(CanaryDef, Fleet)>, opts: EngineOptions) -> Engine {
+    fn start_on(runners: Vec<(CanaryDef, Fleet)>, mut opts: EngineOptions) -> Engine {
         let client = HttpClient::new();
+        if let Some(alerter) = opts.alerter.clone() {
+            let inner = opts.sink.take();
+            opts.sink = Some(Arc::new(move |e: &RolloutEvent| {
+                if let Some(s) = &inner {
+                    s(e);
+                }
+                alerter.on_event(e);
+            }));
+        }
         let fleet_mode = opts.ownership.is_some();
         let (events, _) = broadcast::channel(1024);
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -392,6 +412,7 @@ impl Engine {
         }
         Engine {
             canaries: handles,
+            alerter: opts.alerter,
             events,
             shutdown,
             tasks: Mutex::new(tasks),
@@ -405,17 +426,20 @@ impl Engine {
 
     /// One canary's status.
     pub fn status(&self, name: &str) -> Option<CanaryStatus> {
-        self.canaries
-            .get(name)
-            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        self.canaries.get(name).map(|h| self.status_of(h))
     }
 
     /// Every canary's status, by name.
     pub fn statuses(&self) -> Vec<CanaryStatus> {
-        self.canaries
-            .values()
-            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .collect()
+        self.canaries.values().map(|h| self.status_of(h)).collect()
+    }
+
+    fn status_of(&self, h: &CanaryHandle) -> CanaryStatus {
+        let mut s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(a) = &self.alerter {
+            s.notifications = a.results(&s.name);
+        }
+        s
     }
 
     /// Every event from now on.
@@ -471,6 +495,10 @@ pub fn start_for_app(
     bus: Arc<crate::control::events::EventBus>,
     ownership: Option<Arc<dyn Ownership>>,
 ) -> Result<Engine, String> {
+    let alerter = Alerter::start(cfg, &HttpClient::new(), Clock::system())?;
+    if let Some(a) = &alerter {
+        a.follow(&bus);
+    }
     let sink: EventSink = Arc::new(move |e: &RolloutEvent| {
         if let Ok(v) = serde_json::to_value(e) {
             bus.publish("rollout", v);
@@ -485,6 +513,7 @@ pub fn start_for_app(
             ownership,
             peer_token: cfg.admin.token.clone(),
             clock: Clock::system(),
+            alerter,
         },
     )
 }
