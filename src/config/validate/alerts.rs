@@ -287,3 +287,139 @@ pub(super) fn validate_alerts(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{parse_yaml, ProviderKind, Severity};
+    use std::path::Path;
+
+    const BASE: &str = r#"
+backends:
+  a: { endpoints: ["127.0.0.1:9001"] }
+  b: { endpoints: ["127.0.0.1:9002"] }
+routes:
+  - { name: app, primary: a, canary: b }
+"#;
+
+    fn with(extra: &str) -> String {
+        format!("{BASE}{extra}")
+    }
+
+    fn canary(alerts: &str) -> String {
+        format!(
+            "canaries:\n  - name: c\n    route: app\n    analysis:\n      stepWeight: 10\n      alerts: {alerts}\n"
+        )
+    }
+
+    fn paths(yaml: &str) -> Vec<(String, String)> {
+        match parse_yaml(yaml, "t.yaml", Path::new(".")) {
+            Ok(_) => panic!("unexpectedly valid:\n{yaml}"),
+            Err(e) => e.errors.into_iter().map(|e| (e.path, e.reason)).collect(),
+        }
+    }
+
+    #[test]
+    fn providers_and_alerts_compile() {
+        let dir = std::env::temp_dir().join(format!("weir-alert-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("url"),
+            "https://hooks.slack.com/services/T/B/secret\n",
+        )
+        .unwrap();
+        let yaml = with(&format!(
+            "alertProviders:\n  team-slack: {{ type: slack, addressFile: url, channel: '#deploys' }}\n  oncall: {{ type: generic, address: 'http://127.0.0.1:1/x', timeout: 2s, retries: 0 }}\n{}",
+            canary("[{ name: on-call, severity: error, providerRef: { name: oncall } }, { name: all, providerRef: { name: team-slack, namespace: flagger } }]")
+        ));
+        let c = parse_yaml(&yaml, "t.yaml", &dir).unwrap();
+        let slack = &c.alert_providers["team-slack"];
+        assert_eq!(slack.kind, ProviderKind::Slack);
+        assert_eq!(
+            slack.address.0,
+            "https://hooks.slack.com/services/T/B/secret"
+        );
+        assert_eq!(
+            (slack.channel.as_str(), slack.username.as_str()),
+            ("#deploys", "weir")
+        );
+        assert_eq!(slack.retries, 3);
+        let dbg = format!("{slack:?} {:?}", c.alert_providers["oncall"]);
+        assert!(
+            !dbg.contains("secret") && !dbg.contains("127.0.0.1:1"),
+            "{dbg}"
+        );
+        let a = &c.canaries[0].alerts;
+        assert_eq!(a[0].severity, Severity::Error);
+        assert_eq!(a[1].severity, Severity::Info);
+        assert_eq!(a[1].provider, "team-slack");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn every_mistake_names_its_field_and_never_the_address() {
+        let cases: &[(&str, &str)] = &[
+            ("alertProviders:\n  x: { type: teams, address: 'https://h/' }\n", "alertProviders.x.type"),
+            ("alertProviders:\n  x: { type: slack }\n", "alertProviders.x.address"),
+            ("alertProviders:\n  x: { type: slack, address: 'ftp://secret-host/' }\n", "alertProviders.x.address"),
+            ("alertProviders:\n  x: { type: slack, address: 'https://h/', addressFile: f }\n", "alertProviders.x.address"),
+            ("alertProviders:\n  x: { type: slack, addressFile: /nonexistent/weir-url }\n", "alertProviders.x.addressFile"),
+            ("alertProviders:\n  x: { type: slack, address: 'https://h/', caFile: /nonexistent/ca.pem }\n", "alertProviders.x.caFile"),
+            ("alertProviders:\n  x: { type: slack, address: 'https://h/', timeout: soon }\n", "alertProviders.x.timeout"),
+            ("alertProviders:\n  x: { type: slack, address: 'https://h/', retries: 99 }\n", "alertProviders.x.retries"),
+        ];
+        for (extra, path) in cases {
+            let got = paths(&with(extra));
+            assert!(got.iter().any(|(p, _)| p == path), "{path} not in {got:?}");
+            assert!(
+                got.iter().all(|(_, r)| !r.contains("secret-host")),
+                "{got:?}"
+            );
+        }
+        let got = paths(&with(&canary("[{ name: a, providerRef: { name: nope } }]")));
+        assert!(
+            got.iter()
+                .any(|(p, _)| p == "canaries[0].analysis.alerts[0].providerRef.name"),
+            "{got:?}"
+        );
+        let got = paths(&with(&format!(
+            "alertProviders:\n  x: {{ type: slack, address: 'https://h/' }}\n{}",
+            canary("[{ name: a, severity: critical, providerRef: { name: x } }, { name: a, providerRef: { name: x } }]")
+        )));
+        assert!(
+            got.iter()
+                .any(|(p, _)| p == "canaries[0].analysis.alerts[0].severity"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|(p, _)| p == "canaries[0].analysis.alerts[1].name"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn https_targets_are_accepted_and_other_schemes_named() {
+        let hooks = |url: &str| {
+            with(&format!(
+                "canaries:\n  - name: c\n    route: app\n    analysis:\n      stepWeight: 10\n      webhooks: [{{ name: w, url: '{url}' }}]\n      metrics: [{{ name: q, query: up, prometheusUrl: '{url}', thresholdRange: {{ min: 1 }} }}]\n"
+            ))
+        };
+        assert!(parse_yaml(
+            &hooks("https://hooks.example.com/x"),
+            "t.yaml",
+            Path::new(".")
+        )
+        .is_ok());
+        let got = paths(&hooks("ftp://h/x"));
+        assert!(
+            got.iter()
+                .any(|(p, _)| p == "canaries[0].analysis.webhooks[0].url"),
+            "{got:?}"
+        );
+        assert!(
+            got.iter()
+                .any(|(p, _)| p == "canaries[0].analysis.metrics[0].prometheusUrl"),
+            "{got:?}"
+        );
+    }
+}
