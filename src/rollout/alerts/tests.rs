@@ -317,3 +317,90 @@ fn notification_status_round_trips() {
         n
     );
 }
+
+/// Reads one HTTP/1.1 request with a Content-Length body and answers 200.
+async fn one_post(l: &tokio::net::TcpListener) -> Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut s, _) = l.accept().await.unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "connection closed before a whole request");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await
+                    .unwrap();
+                return serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap();
+            }
+        }
+    }
+}
+
+/// What the engine does not see is notified from the event bus: a stalled rolling update
+/// of either slot of the canary's route, and a canary lost with the etcd lease. Events of
+/// other backends, canaries or kinds are not.
+#[tokio::test]
+async fn stalled_updates_and_lost_leases_are_notified_from_the_bus() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let yaml = format!(
+        "backends:\n  a: {{ endpoints: [\"127.0.0.1:9001\"] }}\n  b: {{ endpoints: [\"127.0.0.1:9002\"] }}\n  other: {{ endpoints: [\"127.0.0.1:9003\"] }}\nroutes:\n  - {{ name: app, primary: a, canary: b }}\n  - {{ name: o, pathPrefix: /o, primary: other }}\nalertProviders:\n  hook: {{ type: generic, address: \"http://{addr}/x\", retries: 0 }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      stepWeight: 10\n      alerts: [{{ name: pager, severity: error, providerRef: {{ name: hook }} }}]\n"
+    );
+    let cfg = crate::config::parse_yaml(&yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    let alerter = Alerter::start(
+        &cfg,
+        &crate::rollout::http::HttpClient::new(),
+        crate::clock::Clock::system(),
+    )
+    .unwrap()
+    .expect("an alerter: a canary has alerts");
+    let bus = crate::control::events::EventBus::new();
+    let _follow = alerter.follow(&bus);
+    // Not ours: another backend, another kind, another canary, an info event.
+    bus.publish(
+        "endpoints",
+        serde_json::json!({"backend": "other", "kind": "stalled", "message": "x"}),
+    );
+    bus.publish(
+        "endpoints",
+        serde_json::json!({"backend": "b", "kind": "ready", "message": "x"}),
+    );
+    bus.publish(
+        "cluster",
+        serde_json::json!({"kind": "CanaryLost", "canary": "nope", "replica": "r1", "message": "x"}),
+    );
+    bus.publish(
+        "endpoints",
+        serde_json::json!({"backend": "b", "kind": "stalled", "message": "no progress for 600000 ms"}),
+    );
+    let first = one_post(&l).await;
+    assert_eq!(first["reason"], "RollingUpdateStalled", "{first}");
+    assert_eq!(first["severity"], "error");
+    assert_eq!(first["name"], "app");
+    assert!(first["metadata"]["eventMessage"]
+        .as_str()
+        .unwrap()
+        .contains("backend b stalled: no progress"));
+    bus.publish(
+        "cluster",
+        serde_json::json!({"kind": "CanaryLost", "canary": "app", "replica": "r1", "message": "lost with the lease"}),
+    );
+    let second = one_post(&l).await;
+    assert_eq!(second["reason"], "LeaseLost", "{second}");
+    assert!(second["metadata"]["eventMessage"]
+        .as_str()
+        .unwrap()
+        .contains("Replica r1 lost its etcd lease"));
+}
