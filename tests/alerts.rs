@@ -6,7 +6,6 @@
 //! assertion depends on how long something took.
 
 mod proto_support;
-mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -17,9 +16,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use proto_support::support::{echo, echo_with, eventually};
 use proto_support::{Ca, TempDir};
 use serde_json::Value;
-use support::{echo, echo_with, eventually};
 use weir::app::RunningApp;
 use weir::demo::traffic::TrafficSpec;
 use weir::rollout::{CanaryStatus, ManualCommand, Phase};
