@@ -404,3 +404,78 @@ async fn stalled_updates_and_lost_leases_are_notified_from_the_bus() {
         .unwrap()
         .contains("Replica r1 lost its etcd lease"));
 }
+
+/// A failing pre-rollout hook is notified (Flagger does not), a muted hook's failure is
+/// not, and the event's numbers reach the payload.
+#[tokio::test]
+async fn muted_hooks_are_silent_and_a_failing_pre_rollout_hook_is_not() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let yaml = format!(
+        "backends:\n  a: {{ endpoints: [\"127.0.0.1:9001\"] }}\n  b: {{ endpoints: [\"127.0.0.1:9002\"] }}\nroutes:\n  - {{ name: app, primary: a, canary: b }}\nalertProviders:\n  hook: {{ type: generic, address: \"http://{addr}/x\", retries: 0 }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      threshold: 4\n      stepWeight: 10\n      webhooks:\n        - {{ name: load, url: \"http://127.0.0.1:1/\", muteAlert: true }}\n        - {{ name: gate, type: pre-rollout, url: \"http://127.0.0.1:1/\" }}\n      alerts: [{{ name: watch, severity: warn, providerRef: {{ name: hook }} }}]\n"
+    );
+    let cfg = crate::config::parse_yaml(&yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    let alerter = Alerter::start(
+        &cfg,
+        &crate::rollout::http::HttpClient::new(),
+        crate::clock::Clock::system(),
+    )
+    .unwrap()
+    .unwrap();
+    let event = |reason: &str, message: &str| RolloutEvent {
+        canary: "app".into(),
+        time_ms: 1_700_000_000_000,
+        phase: crate::rollout::Phase::Progressing,
+        reason: reason.into(),
+        warning: true,
+        message: message.into(),
+        canary_weight: 10,
+        primary_weight: 90,
+        iterations: 0,
+        failed_checks: 1,
+        revision: Some("v2".into()),
+        checks: Vec::new(),
+    };
+    alerter.on_event(&event("Started", "New revision v2: analysis started"));
+    alerter.on_event(&event(
+        "CheckFailed",
+        "Halt advancement of v2 at canary 10: rollout webhook load failed (HTTP 500)",
+    ));
+    alerter.on_event(&event(
+        "CheckFailed",
+        "Halt advancement of v2 at canary 0: pre-rollout webhook gate failed (HTTP 500)",
+    ));
+    let got = one_post(&l).await;
+    assert_eq!(got["reason"], "CheckFailed");
+    assert!(
+        got["metadata"]["eventMessage"]
+            .as_str()
+            .unwrap()
+            .contains("pre-rollout webhook gate failed"),
+        "{got}"
+    );
+    assert_eq!(
+        (got["canaryWeight"].as_u64(), got["threshold"].as_u64()),
+        (Some(10), Some(4))
+    );
+    assert_eq!(got["revision"], "v2");
+    assert!(
+        delivered(&alerter).await,
+        "no delivery recorded: {:?}",
+        alerter.results("app")
+    );
+}
+
+/// Polls (bounded) until the provider's status shows a delivery.
+async fn delivered(a: &Alerter) -> bool {
+    for _ in 0..200 {
+        if a.results("app")
+            .iter()
+            .any(|n| n.ok && n.provider == "hook")
+        {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
