@@ -28,6 +28,10 @@ pub use validate::{
     Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
     UpstreamTls,
 };
+pub use validate::{
+    AlertProvider, AlertRule, ProviderKind, Secret, Severity, DEFAULT_ALERT_RETRIES,
+    DEFAULT_ALERT_TIMEOUT,
+};
 
 use std::fmt;
 use std::path::Path;

@@ -41,6 +41,78 @@ pub struct RawConfig {
     /// is the only replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<RawCluster>,
+    /// Where `analysis.alerts` send their notifications, by name (Flagger's `AlertProvider`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub alert_providers: BTreeMap<String, RawAlertProvider>,
+}
+
+/// One `alertProviders:` entry. Its `Debug` hides `address` (a chat webhook URL is a secret).
+#[derive(Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAlertProvider {
+    /// `slack`, `msteams`, `discord`, `rocket`, `gchat` or `generic`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The webhook URL (`http://` or `https://`); or `addressFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// A file holding the webhook URL (kept out of the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_file: Option<String>,
+    /// Channel for Slack and Rocket.Chat (default `general`, as Flagger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// Sender name shown by Slack, Discord and Rocket.Chat (default `weir`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// PEM CA certificates to trust for an `https://` address instead of the Mozilla roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Bound on one delivery attempt (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Extra attempts after a failed delivery, with jittered exponential backoff (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<i64>,
+}
+
+impl std::fmt::Debug for RawAlertProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawAlertProvider")
+            .field("kind", &self.kind)
+            .field("address", &self.address.as_ref().map(|_| "<redacted>"))
+            .field("address_file", &self.address_file)
+            .field("channel", &self.channel)
+            .field("username", &self.username)
+            .field("ca_file", &self.ca_file)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
+/// One `analysis.alerts` entry (Flagger's `CanaryAlert`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAlert {
+    /// Shown in the canary's notification status.
+    pub name: String,
+    /// `info` (default), `warn` or `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    /// The `alertProviders` entry to send to.
+    pub provider_ref: RawProviderRef,
+}
+
+/// `providerRef: {name, namespace}`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawProviderRef {
+    /// Key in `alertProviders`.
+    pub name: String,
+    /// Accepted for Flagger compatibility, ignored (weir has no namespaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `cluster:`: the replicas of a fleet coordinate through etcd (see the `cluster` module).
@@ -525,6 +597,9 @@ pub struct RawCanary {
     /// File with the bearer token for the remote data planes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_plane_token_file: Option<String>,
+    /// PEM CA certificates to trust for `https://` data planes instead of the Mozilla roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_plane_ca_file: Option<String>,
     /// Flagger's analysis block.
     pub analysis: RawAnalysis,
 }
@@ -566,6 +641,9 @@ pub struct RawAnalysis {
     pub metrics: Vec<RawMetric>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<RawWebhook>,
+    /// Notifications of this canary's events (Flagger's `analysis.alerts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<RawAlert>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -593,9 +671,12 @@ pub struct RawMetric {
     /// PromQL for a custom metric (needs `prometheusUrl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
-    /// Prometheus server for `query`.
+    /// Prometheus server for `query` (`http://` or `https://`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
+    /// PEM CA certificates to trust for an `https://` `prometheusUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -614,7 +695,10 @@ pub struct RawWebhook {
     pub retries: Option<i64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    /// Accepted for Flagger compatibility (weir has no alerting).
+    /// A failure of this hook sends no notification (Flagger's `muteAlert`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mute_alert: Option<bool>,
+    /// PEM CA certificates to trust for an `https://` `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
 }

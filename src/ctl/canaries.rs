@@ -186,15 +186,20 @@ pub fn canaries_table(list: &[CanaryStatus]) -> String {
     )
 }
 
-/// One event as a line: time, canary, phase, weights, failed checks, message, checks.
-pub fn event_line(e: &RolloutEvent) -> String {
-    let secs = e.time_ms / 1000;
-    let clock = format!(
+/// `HH:MM:SS` (UTC) of a time in ms since the Unix epoch.
+fn clock_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!(
         "{:02}:{:02}:{:02}",
         (secs / 3600) % 24,
         (secs / 60) % 60,
         secs % 60
-    );
+    )
+}
+
+/// One event as a line: time, canary, phase, weights, failed checks, message, checks.
+pub fn event_line(e: &RolloutEvent) -> String {
+    let clock = clock_time(e.time_ms);
     let mut line = format!(
         "{clock} {} {:<16} canary {:>3}% primary {:>3}%  failed {}  {}{}: {}",
         e.canary,
@@ -243,6 +248,19 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
             value(m.value),
             m.reason,
             if m.passed { "ok" } else { "FAILED" }
+        ));
+    }
+    for n in &c.notifications {
+        out.push_str(&format!(
+            "notification {} ({}, alert {}): {} {} at {}: {} after {} attempt(s)\n",
+            n.provider,
+            n.kind,
+            n.alert,
+            n.event,
+            if n.ok { "ok" } else { "FAILED" },
+            clock_time(n.time_ms),
+            n.reason,
+            n.attempts
         ));
     }
     out.push_str("events:\n");
@@ -469,6 +487,25 @@ mod tests {
             detail.contains("check request-success-rate: 99.50"),
             "{detail}"
         );
+        let mut failed = c.clone();
+        failed.notifications = vec![crate::rollout::alerts::NotificationStatus {
+            provider: "oncall".into(),
+            kind: "generic".into(),
+            alert: "on-call".into(),
+            event: "RolledBack".into(),
+            time_ms: 3723000,
+            ok: false,
+            status: Some(500),
+            reason: "HTTP 500".into(),
+            attempts: 4,
+        }];
+        let detail = canary_detail(&failed);
+        assert!(
+            detail.contains("notification oncall (generic, alert on-call): RolledBack FAILED at 01:02:03: HTTP 500 after 4 attempt(s)"),
+            "{detail}"
+        );
+        let text = serde_json::to_string(&failed).unwrap();
+        assert_eq!(serde_json::from_str::<CanaryStatus>(&text).unwrap(), failed);
         let (kind, data) = parse_sse("id: 3\nevent: rollout\ndata: {\"a\":1}\n\n");
         assert_eq!(
             (kind.as_deref(), data.as_str()),

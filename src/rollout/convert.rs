@@ -57,6 +57,12 @@ pub struct CanaryDef {
     pub metrics: Vec<MetricSource>,
     /// Extra attempts of each webhook of `spec.analysis.webhooks` (same order).
     pub hook_retries: Vec<u32>,
+    /// The `caFile` of each webhook of `spec.analysis.webhooks` (same order).
+    pub hook_ca_files: Vec<Option<std::path::PathBuf>>,
+    /// The `caFile` of each metric of `spec.analysis.metrics` (same order).
+    pub metric_ca_files: Vec<Option<std::path::PathBuf>>,
+    /// CA certificates trusted for `https://` data planes (`dataPlaneCaFile`).
+    pub data_plane_ca_file: Option<std::path::PathBuf>,
 }
 
 /// How one metric is measured.
@@ -140,6 +146,9 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
         }),
         metrics: sources,
         hook_retries: a.webhooks.iter().map(|w| w.retries).collect(),
+        hook_ca_files: a.webhooks.iter().map(|w| w.ca_file.clone()).collect(),
+        metric_ca_files: a.metrics.iter().map(|m| m.ca_file.clone()).collect(),
+        data_plane_ca_file: cfg.data_plane_ca_file.clone(),
     }
 }
 

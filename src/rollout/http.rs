@@ -1,26 +1,68 @@
-//! The engine's small HTTP client: webhooks, Prometheus queries, revision probes and
-//! remote data planes all go through it.
+//! The engine's small HTTP client: webhooks, Prometheus queries, revision probes,
+//! remote data planes and notifications all go through it.
 //!
-//! Every call has a timeout covering the whole exchange (connect, head and body), and
-//! bodies are read up to [`MAX_BODY`]: a hook or a proxy answering forever, or answering
-//! a gigabyte, costs the engine one bounded call, never a stuck task.
+//! Every call has a timeout covering the whole exchange (connect, TLS handshake, head and
+//! body), and bodies are read up to [`MAX_BODY`]: a hook or a proxy answering forever, or
+//! answering a gigabyte, costs the engine one bounded call, never a stuck task.
+//!
+//! `http://` and `https://` URLs are both spoken. TLS is rustls (the process's one crypto
+//! provider, TLS 1.2 and 1.3, ALPN `http/1.1`) and trusts the Mozilla roots
+//! (`webpki-roots`), or, for a target configured with a `caFile`, only the certificates of
+//! that file ([`HttpClient::trusting`]). Any other scheme is refused before a connection is
+//! made.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tower_service::Service;
 
 /// Largest answer body read (webhook answers, Prometheus results, API documents).
 pub const MAX_BODY: usize = 4 << 20;
 
-/// A pooled HTTP/1.1 client (cheap to clone: the pool is shared).
-#[derive(Clone, Debug)]
+/// Bound on connecting (TCP, then the TLS handshake) when the call's own timeout is longer.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+type Pooled = Client<Connector, Full<Bytes>>;
+
+/// A pooled HTTP/1.1 client over clear text or TLS (cheap to clone: the pools are shared).
+#[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    /// The pool this handle sends on (Mozilla roots, or one `caFile`).
+    inner: Pooled,
+    /// Which roots `inner` trusts, for messages and [`HttpClient::trusting`].
+    ca_file: Option<PathBuf>,
+    /// The Mozilla-roots pool and one pool per `caFile` (built on first use), shared by
+    /// every clone, so that the webhooks of fifty canaries trusting one CA share one pool.
+    shared: Arc<Pools>,
+}
+
+struct Pools {
+    default: Pooled,
+    by_ca: Mutex<HashMap<PathBuf, Pooled>>,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
 }
 
 /// An answer read whole (up to [`MAX_BODY`]).
@@ -55,17 +97,48 @@ impl Default for HttpClient {
 }
 
 impl HttpClient {
-    /// A client with keep-alive pooling and a connect timeout.
+    /// A client trusting the Mozilla roots, with keep-alive pooling and a connect timeout.
     pub fn new() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(8)
-            .build(connector);
-        HttpClient { inner }
+        let roots = RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        let default = pool(roots);
+        HttpClient {
+            inner: default.clone(),
+            ca_file: None,
+            shared: Arc::new(Pools {
+                default,
+                by_ca: Mutex::default(),
+            }),
+        }
+    }
+
+    /// A handle on the pool that trusts only the certificates of `ca_file` (`None`: the
+    /// Mozilla roots). The file is read when its pool is first built; a file that cannot
+    /// be read any more is an error naming it.
+    pub fn trusting(&self, ca_file: Option<&Path>) -> Result<HttpClient, String> {
+        let inner = match ca_file {
+            None => self.shared.default.clone(),
+            Some(path) => {
+                let mut map = self.shared.by_ca.lock().unwrap_or_else(|p| p.into_inner());
+                match map.get(path) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let certs = crate::config::tls::load_ca_file(path)?;
+                        let mut roots = RootCertStore::empty();
+                        roots.add_parsable_certificates(certs);
+                        let c = pool(roots);
+                        map.insert(path.to_path_buf(), c.clone());
+                        c
+                    }
+                }
+            }
+        };
+        Ok(HttpClient {
+            inner,
+            ca_file: ca_file.map(Path::to_path_buf),
+            shared: self.shared.clone(),
+        })
     }
 
     /// Sends `method url` with optional JSON body and extra headers, and reads the answer
@@ -81,8 +154,8 @@ impl HttpClient {
         let uri: http::Uri = url
             .parse()
             .map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("only http:// URLs are supported (got {url:?})"));
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+            return Err(format!("expected an http:// or https:// URL (got {url:?})"));
         }
         let mut b = Request::builder().method(method).uri(uri);
         let has_body = body.is_some();
@@ -123,6 +196,133 @@ impl HttpClient {
         timeout: Duration,
     ) -> Result<HttpResponse, String> {
         self.send(Method::GET, url, headers, None, timeout).await
+    }
+}
+
+/// The pool of one trust setting.
+fn pool(roots: RootCertStore) -> Pooled {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    // `https://` URIs reach the TCP connector too; TLS is added by [`Connector`].
+    http.enforce_http(false);
+    let cfg = ClientConfig::builder_with_provider(crate::config::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
+    let tls = match cfg {
+        Ok(mut c) => {
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Some(tokio_rustls::TlsConnector::from(Arc::new(c)))
+        }
+        // The ring provider supports both versions; should it ever not, https calls
+        // fail with a reason instead of the process refusing to start.
+        Err(_) => None,
+    };
+    Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(8)
+        .build(Connector { http, tls })
+}
+
+/// TCP, then TLS for `https://`.
+#[derive(Clone)]
+pub struct Connector {
+    http: HttpConnector,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Service<http::Uri> for Connector {
+    type Response = TokioIo<Stream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let https = dst.scheme_str() == Some("https");
+            let host = dst
+                .host()
+                .unwrap_or_default()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string();
+            let tcp = http.call(dst).await?.into_inner();
+            if !https {
+                return Ok(TokioIo::new(Stream::Plain(tcp)));
+            }
+            let tls = tls.ok_or("TLS is not available in this build")?;
+            let name = ServerName::try_from(host.clone())
+                .map_err(|_| format!("{host:?} cannot be a TLS server name"))?;
+            let s = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(name, tcp))
+                .await
+                .map_err(|_| "TLS handshake timed out")??;
+            Ok(TokioIo::new(Stream::Tls(Box::new(s))))
+        })
+    }
+}
+
+/// A connection, clear or TLS.
+pub enum Stream {
+    /// `http://`.
+    Plain(TcpStream),
+    /// `https://` (boxed: the session state is large).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Stream::Plain(s) => s.connected(),
+            Stream::Tls(s) => s.get_ref().0.connected(),
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 

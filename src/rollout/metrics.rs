@@ -227,10 +227,26 @@ pub async fn measure(
     let role = judged_role(state);
     let mut cache: BTreeMap<u64, Result<RoleStats, String>> = BTreeMap::new();
     let mut out = Vec::new();
-    for (metric, source) in def.spec.analysis.metrics.iter().zip(&def.metrics) {
+    for (i, (metric, source)) in def
+        .spec
+        .analysis
+        .metrics
+        .iter()
+        .zip(&def.metrics)
+        .enumerate()
+    {
         let result = match &source.kind {
             MetricKind::Prometheus { url, query } => {
-                prometheus_result(client, def, metric, url, query).await
+                let ca = def.metric_ca_files.get(i).cloned().flatten();
+                match client.trusting(ca.as_deref()) {
+                    Ok(c) => prometheus_result(&c, def, metric, url, query).await,
+                    Err(e) => MetricResult {
+                        name: metric.name.clone(),
+                        value: None,
+                        passed: false,
+                        reason: format!("caFile: {e}"),
+                    },
+                }
             }
             MetricKind::SuccessRate | MetricKind::Duration => {
                 let w = window_secs(metric);

@@ -20,7 +20,10 @@
 //!   the state file that lets a restarted weir continue a run.
 //! - [`exporter`]: the rollout series of `/metrics` (and Flagger's names), kept from the
 //!   states the driver shows.
-//! - [`http`]: the small HTTP client all of the above share (bounded time and size).
+//! - [`alerts`]: notifications of the canaries' events to chat services and webhooks
+//!   (`alertProviders`, `analysis.alerts`), off the tick path.
+//! - [`http`]: the small HTTP client all of the above share (bounded time and size,
+//!   `http://` and `https://`).
 //! - [`api`]: the canary endpoints of the control API (`/api/v1/canaries...`).
 //!
 //! What the engine must never do: block or slow the proxy's request path (it runs in
@@ -28,6 +31,7 @@
 //! pass a check it could not measure, or leave traffic shifted with no engine watching
 //! it (see the restart rules in [`driver`]).
 
+pub mod alerts;
 pub mod api;
 pub mod convert;
 

@@ -148,6 +148,8 @@ pub struct Notification {
     pub hook: WebhookSpec,
     /// Its retries.
     pub retries: u32,
+    /// CA certificates trusted for an `https://` URL (`caFile`).
+    pub ca_file: Option<std::path::PathBuf>,
     /// The payload.
     pub payload: HookPayload,
 }
@@ -165,7 +167,13 @@ impl Notifier {
         let (tx, mut rx) = mpsc::channel::<Notification>(NOTIFY_QUEUE);
         tokio::spawn(async move {
             while let Some(n) = rx.recv().await {
-                let out = call(&client, &n.hook, n.retries, &n.payload).await;
+                let out = match client.trusting(n.ca_file.as_deref()) {
+                    Ok(c) => call(&c, &n.hook, n.retries, &n.payload).await,
+                    Err(e) => HookOutcome {
+                        passed: false,
+                        reason: format!("caFile: {e}"),
+                    },
+                };
                 if out.passed {
                     tracing::debug!(target: "weir::rollout", canary = %canary, hook = %n.hook.name, reason = %out.reason, "hook called");
                 } else {

@@ -32,6 +32,7 @@ fn small<T: TryFrom<i64>>(n: i64, fallback: T) -> T {
 pub(super) fn validate_canaries(
     raw: &[RawCanary],
     table: &RawTable,
+    providers: &BTreeMap<String, RawAlertProvider>,
     base: &Path,
     errs: &mut Errors,
 ) -> Vec<CanaryConfig> {
@@ -95,6 +96,12 @@ pub(super) fn validate_canaries(
                 );
             }
         }
+        let data_plane_ca_file = super::alerts::check_ca_file(
+            &format!("{p}.dataPlaneCaFile"),
+            &c.data_plane_ca_file,
+            base,
+            errs,
+        );
         let a = &c.analysis;
         let ap = format!("{p}.analysis");
         let interval = errs.duration(&format!("{ap}.interval"), &a.interval, DEFAULT_INTERVAL);
@@ -201,10 +208,13 @@ pub(super) fn validate_canaries(
                 );
             }
             let kind = match (&m.query, &m.prometheus_url) {
-                (Some(query), Some(url)) => Some(MetricKind::Prometheus {
-                    url: url.trim_end_matches('/').to_string(),
-                    query: query.clone(),
-                }),
+                (Some(query), Some(url)) => {
+                    super::alerts::check_url(&format!("{mp}.prometheusUrl"), url, errs);
+                    Some(MetricKind::Prometheus {
+                        url: url.trim_end_matches('/').to_string(),
+                        query: query.clone(),
+                    })
+                }
                 (Some(_), None) => {
                     errs.push(
                         format!("{mp}.prometheusUrl"),
@@ -261,6 +271,12 @@ pub(super) fn validate_canaries(
                     max: m.threshold_range.as_ref().and_then(|t| t.max),
                     interval: metric_interval,
                     min_requests: small(min_requests, DEFAULT_MIN_REQUESTS),
+                    ca_file: super::alerts::check_ca_file(
+                        &format!("{mp}.caFile"),
+                        &m.ca_file,
+                        base,
+                        errs,
+                    ),
                 });
             }
         }
@@ -297,17 +313,9 @@ pub(super) fn validate_canaries(
                     "a promote hook needs promotion: webhook",
                 );
             }
-            let ok_url = w
-                .url
-                .parse::<http::Uri>()
-                .ok()
-                .is_some_and(|u| u.scheme_str() == Some("http") && u.host().is_some());
-            if !ok_url {
-                errs.push(
-                    format!("{wp}.url"),
-                    format!("expected an http:// URL (got {:?})", w.url),
-                );
-            }
+            super::alerts::check_url(&format!("{wp}.url"), &w.url, errs);
+            let ca_file =
+                super::alerts::check_ca_file(&format!("{wp}.caFile"), &w.ca_file, base, errs);
             let timeout = errs.duration(&format!("{wp}.timeout"), &w.timeout, DEFAULT_HOOK_TIMEOUT);
             let retries = errs.int_in(&format!("{wp}.retries"), w.retries, 0, 10, 0);
             if let Some(kind) = kind {
@@ -318,6 +326,8 @@ pub(super) fn validate_canaries(
                     timeout,
                     retries: small(retries, 0),
                     metadata: w.metadata.clone(),
+                    mute_alert: w.mute_alert.unwrap_or(false),
+                    ca_file,
                 });
             }
         }
@@ -388,6 +398,7 @@ pub(super) fn validate_canaries(
                 }
             },
         };
+        let alerts = super::alerts::validate_alerts(&ap, &a.alerts, providers, errs);
         if errs.0.len() == before {
             out.push(CanaryConfig {
                 raw: c.clone(),
@@ -404,6 +415,8 @@ pub(super) fn validate_canaries(
                     .map(|u| u.trim_end_matches('/').to_string())
                     .collect(),
                 data_plane_token,
+                data_plane_ca_file,
+                alerts,
                 analysis: CanaryAnalysis {
                     threshold: small(threshold, DEFAULT_THRESHOLD),
                     max_weight: max_weight.map_or(0, |w| small(w, 100)),

@@ -30,6 +30,10 @@ pub struct CanaryConfig {
     pub data_planes: Vec<String>,
     /// Bearer token for the remote data planes, read from `dataPlaneTokenFile`.
     pub data_plane_token: Option<String>,
+    /// CA certificates trusted for `https://` data planes (`dataPlaneCaFile`).
+    pub data_plane_ca_file: Option<std::path::PathBuf>,
+    /// Where this canary's events are notified (`analysis.alerts`).
+    pub alerts: Vec<super::alerts::AlertRule>,
     /// Flagger's `analysis:` block.
     pub analysis: CanaryAnalysis,
 }
@@ -131,6 +135,8 @@ pub struct CanaryMetric {
     pub interval: Duration,
     /// Fewer requests than this in the window fail the check (built-ins; default 10).
     pub min_requests: u64,
+    /// CA certificates trusted for an `https://` Prometheus (`caFile`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where a metric's value comes from.
@@ -175,7 +181,7 @@ pub struct CanaryWebhook {
     pub name: String,
     /// When it is called and what its answer means (`type`, default `rollout`).
     pub kind: HookKind,
-    /// The `http://` URL the payload is POSTed to.
+    /// The `http://` or `https://` URL the payload is POSTed to.
     pub url: String,
     /// Per-call timeout (default 10s, Flagger's).
     pub timeout: Duration,
@@ -183,6 +189,10 @@ pub struct CanaryWebhook {
     pub retries: u32,
     /// Sent as the payload's `metadata`.
     pub metadata: BTreeMap<String, String>,
+    /// Its failures send no notification (`muteAlert`).
+    pub mute_alert: bool,
+    /// CA certificates trusted for an `https://` URL.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Flagger's webhook types, plus weir's `promote`. Serialised as in Flagger

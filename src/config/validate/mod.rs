@@ -7,6 +7,7 @@
 //! validated values they produce. The children share this module's imports and
 //! its error collector.
 
+mod alerts;
 mod backends;
 mod canary;
 mod canary_types;
@@ -14,6 +15,11 @@ mod listeners;
 mod routes;
 mod types;
 
+use alerts::*;
+pub use alerts::{
+    AlertProvider, AlertRule, ProviderKind, Secret, Severity, DEFAULT_ALERT_RETRIES,
+    DEFAULT_ALERT_TIMEOUT,
+};
 use backends::*;
 pub use canary::defaults as canary_defaults;
 use canary::*;
@@ -112,7 +118,14 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         }
     }
     let table = compile_into(&table_raw, &mut errs);
-    let canaries = validate_canaries(&raw.canaries, &table_raw, base, &mut errs);
+    let alert_providers = validate_alert_providers(&raw.alert_providers, base, &mut errs);
+    let canaries = validate_canaries(
+        &raw.canaries,
+        &table_raw,
+        &raw.alert_providers,
+        base,
+        &mut errs,
+    );
     let rollout = RolloutSettings {
         state_dir: raw
             .rollout
@@ -140,6 +153,7 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         proxy,
         rollout,
         cluster,
+        alert_providers,
         warnings: errs.1,
     })
 }

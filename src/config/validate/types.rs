@@ -207,6 +207,8 @@ pub struct Config {
     pub rollout: RolloutSettings,
     /// Fleet coordination through etcd; `None`: single-replica mode.
     pub cluster: Option<crate::config::cluster::ClusterSettings>,
+    /// `alertProviders:` by name (addresses resolved from `addressFile`).
+    pub alert_providers: BTreeMap<String, super::alerts::AlertProvider>,
     /// Values accepted but changed or worth a second look, each with its field path
     /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
     pub warnings: Vec<ConfigError>,

@@ -222,6 +222,7 @@ impl Runner {
             self.notifier.send(Notification {
                 hook: hook.clone(),
                 retries: self.def.hook_retries.get(i).copied().unwrap_or(0),
+                ca_file: self.def.hook_ca_files.get(i).cloned().flatten(),
                 payload,
             });
         }

@@ -272,5 +272,6 @@ pub(super) fn build_status(
         driven_here: None,
         events: ring.iter().cloned().collect(),
         history: rec.history.clone(),
+        notifications: Vec::new(),
     }
 }

@@ -71,6 +71,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::alerts::{Alerter, NotificationStatus};
 use super::convert::{canary_def, CanaryDef};
 use super::dataplane::{DataPlane, Fleet, InProcess, Remote};
 use super::exporter::RolloutMetrics;
@@ -137,6 +138,9 @@ pub struct EngineOptions {
     pub clock: Clock,
     /// Where the rollout series of `/metrics` are kept; `None` exports none.
     pub exporter: Option<Arc<RolloutMetrics>>,
+    /// Notifies the events to the canaries' `analysis.alerts` (and keeps the results
+    /// the status shows).
+    pub alerter: Option<Arc<Alerter>>,
 }
 
 /// How often a replica that does not own a canary refreshes its status from the
@@ -260,6 +264,9 @@ pub struct CanaryStatus {
     /// restart with `rollout.stateDir`, and in etcd in a fleet).
     #[serde(default)]
     pub history: Vec<RunSummary>,
+    /// The last notification per alert provider of this canary's `analysis.alerts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationStatus>,
 }
 
 /// The answer to an operator's command.
@@ -305,6 +312,7 @@ struct CanaryHandle {
 /// The rollout engine of one weir: a task per canary.
 pub struct Engine {
     canaries: BTreeMap<String, CanaryHandle>,
+    alerter: Option<Arc<Alerter>>,
     events: broadcast::Sender<RolloutEvent>,
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -339,6 +347,9 @@ impl Engine {
                     format!("engine:{}", def.spec.name),
                 ))]
             } else {
+                let client = client
+                    .trusting(def.data_plane_ca_file.as_deref())
+                    .map_err(|e| format!("canary {}: dataPlaneCaFile: {e}", def.spec.name))?;
                 def.data_planes
                     .iter()
                     .map(|u| {
@@ -356,8 +367,17 @@ impl Engine {
     }
 
     /// Starts one task per canary on the given data planes.
-    fn start_on(runners: Vec<(CanaryDef, Fleet)>, opts: EngineOptions) -> Engine {
+    fn start_on(runners: Vec<(CanaryDef, Fleet)>, mut opts: EngineOptions) -> Engine {
         let client = HttpClient::new();
+        if let Some(alerter) = opts.alerter.clone() {
+            let inner = opts.sink.take();
+            opts.sink = Some(Arc::new(move |e: &RolloutEvent| {
+                if let Some(s) = &inner {
+                    s(e);
+                }
+                alerter.on_event(e);
+            }));
+        }
         let fleet_mode = opts.ownership.is_some();
         let (events, _) = broadcast::channel(1024);
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -416,6 +436,7 @@ impl Engine {
         }
         Engine {
             canaries: handles,
+            alerter: opts.alerter,
             events,
             shutdown,
             tasks: Mutex::new(tasks),
@@ -429,17 +450,20 @@ impl Engine {
 
     /// One canary's status.
     pub fn status(&self, name: &str) -> Option<CanaryStatus> {
-        self.canaries
-            .get(name)
-            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        self.canaries.get(name).map(|h| self.status_of(h))
     }
 
     /// Every canary's status, by name.
     pub fn statuses(&self) -> Vec<CanaryStatus> {
-        self.canaries
-            .values()
-            .map(|h| h.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
-            .collect()
+        self.canaries.values().map(|h| self.status_of(h)).collect()
+    }
+
+    fn status_of(&self, h: &CanaryHandle) -> CanaryStatus {
+        let mut s = h.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(a) = &self.alerter {
+            s.notifications = a.results(&s.name);
+        }
+        s
     }
 
     /// Every event from now on.
@@ -499,6 +523,10 @@ pub fn start_for_app(
 ) -> Result<Engine, String> {
     let exporter = Arc::new(RolloutMetrics::new(cfg.admin.flagger_metrics));
     store.metrics().add_section(exporter.clone());
+    let alerter = Alerter::start(cfg, &HttpClient::new(), Clock::system())?;
+    if let Some(a) = &alerter {
+        a.follow(&bus);
+    }
     let sink: EventSink = Arc::new(move |e: &RolloutEvent| {
         if let Ok(v) = serde_json::to_value(e) {
             bus.publish("rollout", v);
@@ -514,6 +542,7 @@ pub fn start_for_app(
             peer_token: cfg.admin.token.clone(),
             clock: Clock::system(),
             exporter: Some(exporter),
+            alerter,
         },
     )
 }

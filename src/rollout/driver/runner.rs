@@ -545,7 +545,14 @@ impl Runner {
                     };
                     let retries = self.def.hook_retries.get(*index).copied().unwrap_or(0);
                     let payload = self.payload(*phase).for_hook(hook);
-                    let out = webhooks::call(&self.client, hook, retries, &payload).await;
+                    let ca = self.def.hook_ca_files.get(*index).cloned().flatten();
+                    let out = match self.client.trusting(ca.as_deref()) {
+                        Ok(c) => webhooks::call(&c, hook, retries, &payload).await,
+                        Err(e) => webhooks::HookOutcome {
+                            passed: false,
+                            reason: format!("caFile: {e}"),
+                        },
+                    };
                     let halts = kind.halts(out.passed);
                     obs.hooks.push(HookResult {
                         index: *index,
