@@ -53,14 +53,20 @@ pub struct CompareParams {
     pub errors_allowed_increase: f64,
 }
 
+impl CompareParams {
+    /// The defaults of DESIGN §15: Kayenta's confidence, 100 requests per side, no
+    /// allowed increase.
+    pub const DEFAULT: CompareParams = CompareParams {
+        confidence: 0.98,
+        min_requests: 100,
+        latency_allowed_increase: 1.0,
+        errors_allowed_increase: 1.0,
+    };
+}
+
 impl Default for CompareParams {
     fn default() -> Self {
-        CompareParams {
-            confidence: 0.98,
-            min_requests: 100,
-            latency_allowed_increase: 1.0,
-            errors_allowed_increase: 1.0,
-        }
+        CompareParams::DEFAULT
     }
 }
 
