@@ -10,6 +10,12 @@
 //!   failed check with the reason "not enough traffic". `minRequests: 0` lets an empty
 //!   window pass, for strategies where the proxy routes no user traffic to the canary
 //!   (blue/green without mirroring), which must then be tested by webhooks.
+//! - `baseline-comparison`: the judge ([`crate::stats::compare`]): the same role against
+//!   the primary in the same window; the value is its score (0..100), NoData (below
+//!   `compare.minRequests` on a side) a failed check, "not enough traffic". The result
+//!   carries the judgement (every quantity's class, estimate and interval).
+//! - `dryRun` on any metric: measured and recorded like the others; the machine never
+//!   counts it as a failed check.
 //! - Custom: `query` is sent to `prometheusUrl` + `/api/v1/query` with the template
 //!   variables `{{ name }}` (canary), `{{ namespace }}` (`default`), `{{ route }}` and
 //!   `{{ target }}` (the route) and `{{ interval }}` (the metric's interval as a PromQL
