@@ -677,6 +677,42 @@ pub struct RawMetric {
     /// PEM CA certificates to trust for an `https://` `prometheusUrl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
+    /// The judge's settings, for `baseline-comparison` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<RawCompare>,
+    /// Measure, show and export the metric, but never count it as a failed check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+}
+
+/// `compare:` of the `baseline-comparison` metric (DESIGN §15).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawCompare {
+    /// What the canary is compared with; only `primary`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<String>,
+    /// Confidence of the intervals and tests (default 0.98, Kayenta's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<f64>,
+    /// Requests per side below which the judgement is NoData (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<i64>,
+    /// The latency comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<RawAllowed>,
+    /// The error-rate comparison.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<RawAllowed>,
+}
+
+/// How much worse the canary may be before it is High.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawAllowed {
+    /// Ratio canary ÷ primary (of mean latencies, or of error rates); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_increase: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

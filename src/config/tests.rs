@@ -403,3 +403,82 @@ fn a_read_only_token_needs_a_writing_token_of_its_own() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn baseline_comparison_and_dry_run_compile_and_bad_settings_name_their_field() {
+    let yaml = with_canary(
+        r#"      stepWeight: 10
+      metrics:
+        - name: baseline-comparison
+          thresholdRange: { min: 95 }
+          interval: 1m
+          dryRun: true
+          compare:
+            against: primary
+            confidence: 0.99
+            minRequests: 50
+            latency: { allowedIncrease: 1.1 }
+            errors: { allowedIncrease: 1.5 }
+        - { name: request-duration, thresholdRange: { max: 500 } }
+"#,
+    );
+    let c = parse_yaml(&yaml, "t.yaml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    let m = &c.canaries[0].analysis.metrics;
+    assert_eq!(
+        m[0].kind,
+        MetricKind::BaselineComparison(crate::stats::compare::CompareParams {
+            confidence: 0.99,
+            min_requests: 50,
+            latency_allowed_increase: 1.1,
+            errors_allowed_increase: 1.5,
+        })
+    );
+    assert!(m[0].dry_run && !m[1].dry_run);
+    // Without compare: DESIGN §15's defaults.
+    let plain = with_canary("      stepWeight: 10\n      metrics: [{ name: baseline-comparison, thresholdRange: { min: 100 } }]\n");
+    let c = parse_yaml(&plain, "t.yaml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.canaries[0].analysis.metrics[0].kind,
+        MetricKind::BaselineComparison(crate::stats::compare::CompareParams::DEFAULT)
+    );
+    let bad = with_canary(
+        r#"      metrics:
+        - name: baseline-comparison
+          thresholdRange: { max: 95 }
+          minRequests: 10
+          compare:
+            against: canary
+            confidence: 1.5
+            minRequests: 0
+            latency: { allowedIncrease: 0.9 }
+            errors: { allowedIncrease: .nan }
+        - name: request-duration
+          thresholdRange: { max: 500 }
+          compare: { confidence: 0.9 }
+"#,
+    );
+    let e = errors(&bad);
+    let paths: Vec<&str> = e.errors.iter().map(|x| x.path.as_str()).collect();
+    let p = "canaries[0].analysis.metrics[0]";
+    for field in [
+        format!("{p}.thresholdRange.min"),
+        format!("{p}.minRequests"),
+        format!("{p}.compare.against"),
+        format!("{p}.compare.confidence"),
+        format!("{p}.compare.minRequests"),
+        format!("{p}.compare.latency.allowedIncrease"),
+        format!("{p}.compare.errors.allowedIncrease"),
+        "canaries[0].analysis.metrics[1].compare".to_string(),
+    ] {
+        assert!(
+            paths.contains(&field.as_str()),
+            "missing {field} in {paths:?}"
+        );
+    }
+    // An unknown key inside compare is an error with its location, not ignored.
+    let typo = plain.replace(
+        "thresholdRange: { min: 100 }",
+        "thresholdRange: { min: 100 }, compare: { confidance: 0.9 }",
+    );
+    assert!(errors(&typo).to_string().contains("confidance"));
+}

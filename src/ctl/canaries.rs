@@ -219,7 +219,11 @@ pub fn event_line(e: &RolloutEvent) -> String {
                 "{}={}{}",
                 c.name,
                 value(c.value),
-                if c.passed { "" } else { " FAILED" }
+                match (c.passed, c.dry_run) {
+                    (true, _) => "",
+                    (false, false) => " FAILED",
+                    (false, true) => " would fail (dry run)",
+                }
             )
         })
         .collect();
@@ -227,6 +231,30 @@ pub fn event_line(e: &RolloutEvent) -> String {
         line.push_str(&format!("  [{}]", parts.join(", ")));
     }
     line
+}
+
+/// The judge's quantities as indented rows: class, estimate, interval, effect, p-value
+/// and the sample sizes of both sides.
+pub fn judgement_table(j: &crate::stats::compare::Judgement) -> String {
+    let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+    let mut out = String::new();
+    for q in &j.quantities {
+        let unit = if q.name == "latency" { "ms" } else { "pp" };
+        out.push_str(&format!(
+            "    {:<8} {:<6} estimate {}{unit} [{}, {}] at {}%  ratio {}  p {}  canary {} / primary {}\n",
+            q.name,
+            q.class.as_str(),
+            num(q.estimate),
+            num(q.lower),
+            num(q.upper),
+            j.confidence * 100.0,
+            num(q.effect),
+            num(q.p_value),
+            q.canary_requests,
+            q.primary_requests
+        ));
+    }
+    out
 }
 
 /// The detail view of `weir ctl canaries NAME`.
@@ -242,13 +270,21 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
         out.push_str(&format!("data plane problem: {e}\n"));
     }
     for m in &c.last_checks.metrics {
+        let verdict = match (m.passed, m.dry_run) {
+            (true, false) => "ok",
+            (false, false) => "FAILED",
+            (true, true) => "ok (dry run)",
+            (false, true) => "would fail (dry run)",
+        };
         out.push_str(&format!(
-            "check {}: {} ({}) {}\n",
+            "check {}: {} ({}) {verdict}\n",
             m.name,
             value(m.value),
             m.reason,
-            if m.passed { "ok" } else { "FAILED" }
         ));
+        if let Some(j) = &m.judgement {
+            out.push_str(&judgement_table(j));
+        }
     }
     for n in &c.notifications {
         out.push_str(&format!(
@@ -511,6 +547,51 @@ mod tests {
             (kind.as_deref(), data.as_str()),
             (Some("rollout"), "{\"a\":1}")
         );
+    }
+
+    #[test]
+    fn the_detail_view_shows_the_judgement_and_dry_runs() {
+        let mut c: CanaryStatus = serde_json::from_str(
+            r#"{
+            "name": "app", "route": "app", "phase": "Progressing", "paused": false,
+            "canaryWeight": 40, "iterations": 0, "iterationsTotal": 0, "failedChecks": 0,
+            "threshold": 5, "revision": "v2", "primaryBackend": "app-blue",
+            "canaryBackend": "app-green", "strategy": "canary", "promotion": "swap",
+            "dataPlanes": ["in-process"], "primaryWeight": 60, "matchActive": false,
+            "mirror": false, "promotedRevision": null, "pendingRevision": null, "message": "",
+            "lastTransitionMs": 0, "pendingWrites": 0, "dataPlaneError": null,
+            "lastChecks": {"metrics": []}, "events": []
+        }"#,
+        )
+        .unwrap();
+        let snap = |base: u64| {
+            let s = crate::stats::RouteStats::new(60);
+            for i in 0..200 {
+                s.record(crate::stats::Role::Canary, 0, false, base + i * 100);
+            }
+            s.snapshot(crate::stats::Role::Canary, 0, 5)
+        };
+        let j = crate::stats::compare::judge(
+            &snap(60_000),
+            &snap(20_000),
+            &crate::stats::compare::CompareParams::DEFAULT,
+        );
+        c.last_checks
+            .metrics
+            .push(crate::rollout::machine::MetricResult {
+                name: "baseline-comparison".into(),
+                value: j.score,
+                passed: false,
+                reason: j.describe(),
+                dry_run: true,
+                judgement: Some(j),
+            });
+        let detail = canary_detail(&c);
+        assert!(detail.contains("would fail (dry run)"), "{detail}");
+        assert!(detail.contains("latency  High"), "{detail}");
+        assert!(detail.contains("errors   Pass"), "{detail}");
+        assert!(detail.contains("canary 200 / primary 200"), "{detail}");
+        assert!(detail.contains("at 98%"), "{detail}");
     }
 
     /// The list and command answers round-trip through their one type, and a status

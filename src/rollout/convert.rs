@@ -91,6 +91,7 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
             min: m.min,
             max: m.max,
             interval_ms: ms(m.interval),
+            dry_run: m.dry_run,
         })
         .collect();
     let sources = a

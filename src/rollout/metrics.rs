@@ -10,6 +10,12 @@
 //!   failed check with the reason "not enough traffic". `minRequests: 0` lets an empty
 //!   window pass, for strategies where the proxy routes no user traffic to the canary
 //!   (blue/green without mirroring), which must then be tested by webhooks.
+//! - `baseline-comparison`: the judge ([`crate::stats::compare`]): the same role against
+//!   the primary in the same window; the value is its score (0..100), NoData (below
+//!   `compare.minRequests` on a side) a failed check, "not enough traffic". The result
+//!   carries the judgement (every quantity's class, estimate and interval).
+//! - `dryRun` on any metric: measured and recorded like the others; the machine never
+//!   counts it as a failed check.
 //! - Custom: `query` is sent to `prometheusUrl` + `/api/v1/query` with the template
 //!   variables `{{ name }}` (canary), `{{ namespace }}` (`default`), `{{ route }}` and
 //!   `{{ target }}` (the route) and `{{ interval }}` (the metric's interval as a PromQL
@@ -27,6 +33,7 @@ use super::dataplane::{encode, Fleet, RoleStats};
 use super::http::HttpClient;
 use super::machine::{CanaryState, MetricResult};
 use super::spec::MetricSpec;
+use crate::stats::compare::{self, CompareParams};
 use crate::stats::Role;
 
 /// Timeout of one Prometheus query.
@@ -140,6 +147,8 @@ pub fn builtin_result(
     let summary = snap.summary();
     if summary.requests < source.min_requests {
         return MetricResult {
+            dry_run: metric.dry_run,
+            judgement: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
@@ -156,6 +165,8 @@ pub fn builtin_result(
     if value.is_none() {
         // minRequests 0 and no request: the user allowed an empty window.
         return MetricResult {
+            dry_run: metric.dry_run,
+            judgement: None,
             name: metric.name.clone(),
             value: None,
             passed: true,
@@ -167,6 +178,8 @@ pub fn builtin_result(
     }
     let verdict = metric.evaluate(value);
     MetricResult {
+        dry_run: metric.dry_run,
+        judgement: None,
         name: metric.name.clone(),
         value,
         passed: verdict.is_ok(),
@@ -174,6 +187,42 @@ pub fn builtin_result(
             Ok(()) => format!("{} {role} requests", summary.requests),
             Err(e) => e,
         },
+    }
+}
+
+/// Judges the canary (or its shadow copies) against the primary in the same window
+/// (pure): the value is the judge's score, `thresholdRange.min` the pass score, and
+/// NoData (too few requests on a side) a failed check, "not enough traffic".
+pub fn comparison_result(
+    metric: &MetricSpec,
+    params: &CompareParams,
+    stats: &RoleStats,
+    role: Role,
+) -> MetricResult {
+    let snap = stats.role(role);
+    let judgement = compare::judge(snap, &stats.primary, params);
+    let detail = judgement.describe();
+    let (value, passed, reason) = match judgement.score {
+        None => (
+            None,
+            false,
+            format!(
+                "not enough traffic: {} {role} and {} primary requests in {}s, minRequests {} per side",
+                snap.requests, stats.primary.requests, snap.window_secs, params.min_requests
+            ),
+        ),
+        Some(score) => match metric.evaluate(Some(score)) {
+            Ok(()) => (Some(score), true, format!("score {score:.0}: {detail}")),
+            Err(e) => (Some(score), false, format!("score {e}: {detail}")),
+        },
+    };
+    MetricResult {
+        name: metric.name.clone(),
+        value,
+        passed,
+        reason,
+        dry_run: metric.dry_run,
+        judgement: Some(judgement),
     }
 }
 
@@ -202,6 +251,8 @@ pub async fn prometheus_result(
         Ok(v) => {
             let verdict = metric.evaluate(Some(v));
             MetricResult {
+                dry_run: metric.dry_run,
+                judgement: None,
                 name: metric.name.clone(),
                 value: Some(v),
                 passed: verdict.is_ok(),
@@ -209,6 +260,8 @@ pub async fn prometheus_result(
             }
         }
         Err(reason) => MetricResult {
+            dry_run: metric.dry_run,
+            judgement: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
@@ -245,32 +298,44 @@ pub async fn measure(
                         value: None,
                         passed: false,
                         reason: format!("caFile: {e}"),
+                        dry_run: false,
+                        judgement: None,
                     },
                 }
             }
-            MetricKind::SuccessRate | MetricKind::Duration => {
+            MetricKind::SuccessRate | MetricKind::Duration | MetricKind::BaselineComparison(_) => {
                 let w = window_secs(metric);
                 if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(w) {
                     slot.insert(fleet.stats(&def.route, w).await.map_err(|e| e.to_string()));
                 }
                 match cache.get(&w) {
-                    Some(Ok(stats)) => builtin_result(metric, source, stats, role),
+                    Some(Ok(stats)) => match &source.kind {
+                        MetricKind::BaselineComparison(params) => {
+                            comparison_result(metric, params, stats, role)
+                        }
+                        _ => builtin_result(metric, source, stats, role),
+                    },
                     Some(Err(e)) => MetricResult {
                         name: metric.name.clone(),
                         value: None,
                         passed: false,
                         reason: e.clone(),
+                        ..MetricResult::default()
                     },
                     None => MetricResult {
                         name: metric.name.clone(),
                         value: None,
                         passed: false,
                         reason: "stats not read".to_string(),
+                        ..MetricResult::default()
                     },
                 }
             }
         };
-        out.push(result);
+        out.push(MetricResult {
+            dry_run: metric.dry_run,
+            ..result
+        });
     }
     out
 }
@@ -286,6 +351,7 @@ mod tests {
             min,
             max,
             interval_ms: 5_000,
+            dry_run: false,
         }
     }
 
@@ -330,6 +396,61 @@ mod tests {
         );
         let fast = builtin_result(&d, &src, &stats(50, 0, 3_000), Role::Canary);
         assert!(fast.passed, "{fast:?}");
+    }
+
+    fn two_sides(canary_us: u64, primary_us: u64, n: u64) -> RoleStats {
+        let s = RouteStats::new(60);
+        for i in 0..n {
+            // A spread of latencies on both sides, shifted by the difference of bases.
+            s.record(Role::Canary, 100, false, canary_us + (i % 40) * 250);
+            s.record(Role::Primary, 100, false, primary_us + (i % 40) * 250);
+        }
+        RoleStats {
+            primary: s.snapshot(Role::Primary, 100, 5),
+            canary: s.snapshot(Role::Canary, 100, 5),
+            mirror: s.snapshot(Role::Mirror, 100, 5),
+        }
+    }
+
+    #[test]
+    fn baseline_comparison_scores_the_canary_against_the_primary() {
+        let m = MetricSpec {
+            min: Some(95.0),
+            ..metric("baseline-comparison", None, None)
+        };
+        let p = CompareParams::DEFAULT;
+        let same = comparison_result(&m, &p, &two_sides(20_000, 20_000, 300), Role::Canary);
+        assert!(same.passed, "{same:?}");
+        assert_eq!(same.value, Some(100.0));
+        assert!(same.reason.contains("latency Pass"), "{}", same.reason);
+        let slow = comparison_result(&m, &p, &two_sides(60_000, 20_000, 300), Role::Canary);
+        assert!(!slow.passed);
+        assert_eq!(slow.value, Some(50.0));
+        assert!(slow.reason.contains("latency High"), "{}", slow.reason);
+        let j = slow.judgement.as_ref().unwrap();
+        assert_eq!(j.quantities[0].canary_requests, 300);
+        let few = comparison_result(&m, &p, &two_sides(20_000, 20_000, 50), Role::Canary);
+        assert!(!few.passed && few.value.is_none());
+        assert!(
+            few.reason.starts_with("not enough traffic"),
+            "{}",
+            few.reason
+        );
+        // A dry-run metric keeps its verdict for the record; the machine ignores it.
+        let dry = MetricSpec {
+            dry_run: true,
+            ..m.clone()
+        };
+        let r = comparison_result(&dry, &p, &two_sides(60_000, 20_000, 300), Role::Canary);
+        assert!(r.dry_run && !r.passed);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(
+            text.contains("\"dryRun\":true") && text.contains("\"judgement\""),
+            "{text}"
+        );
+        let back: MetricResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.judgement.map(|j| j.quantities.len()), Some(2));
+        assert!(!serde_json::to_string(&same).unwrap().contains("dryRun"));
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //!   ([`dataplane::InProcess`]) or other weirs over their control API
 //!   ([`dataplane::Remote`]), as a [`dataplane::Fleet`] that writes to all of them and
 //!   sums their stats.
-//! - [`metrics`]: the built-in checks (`request-success-rate`, `request-duration`) from
-//!   the summed stats, with the no-traffic guard, and custom Prometheus queries.
+//! - [`metrics`]: the built-in checks (`request-success-rate`, `request-duration`, the
+//!   `baseline-comparison` judge) from the summed stats, with the no-traffic guard, and
+//!   custom Prometheus queries.
 //! - [`webhooks`]: Flagger's webhook payload and pass rule, retries, and the per-canary
 //!   queue of non-gating calls.
 //! - [`driver`]: the [`Engine`]: one task per canary running tick → plan → hooks and

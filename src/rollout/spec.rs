@@ -190,6 +190,9 @@ pub struct MetricSpec {
     pub max: Option<f64>,
     /// Window the driver queries the value over.
     pub interval_ms: u64,
+    /// `dryRun`: measured, shown and exported, never a failed check.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 impl MetricSpec {

@@ -18,9 +18,12 @@
 //! Layout:
 //! - `histogram`: the fixed log-linear latency histogram (bucket maths,
 //!   quantiles, its sparse serde form).
+//! - `compare`: the baseline-comparison judge (Mann-Whitney U and Hodges-Lehmann on
+//!   two histograms, a two-proportion test on their error counts), PURE.
 //! - `window`: [`RouteStats`], a lock-free ring of per-second buckets per
 //!   role, and the [`WindowSnapshot`] / [`Summary`] read from it.
 
+pub mod compare;
 mod histogram;
 mod window;
 

@@ -10,6 +10,8 @@ pub mod defaults {
     pub const SUCCESS_RATE: &str = "request-success-rate";
     /// Name of the built-in latency metric (P99 in milliseconds).
     pub const DURATION: &str = "request-duration";
+    /// Name of the built-in judge of the canary against the primary (a score 0..100).
+    pub const BASELINE_COMPARISON: &str = "baseline-comparison";
     /// Default `minRequests` of a metric: fewer requests in the window fail the check.
     pub const DEFAULT_MIN_REQUESTS: u64 = 10;
     /// Default webhook timeout (Flagger's).
@@ -255,6 +257,35 @@ pub(super) fn validate_canaries(
                     }
                 }
             }
+            let kind = match (kind, &m.compare) {
+                (Some(MetricKind::BaselineComparison(_)), compare) => {
+                    if m.min_requests.is_some() {
+                        errs.push(
+                            format!("{mp}.minRequests"),
+                            "baseline-comparison counts requests per side: set compare.minRequests",
+                        );
+                    }
+                    if m.threshold_range.as_ref().is_some_and(|t| t.min.is_none()) {
+                        errs.push(
+                            format!("{mp}.thresholdRange.min"),
+                            "baseline-comparison needs min: the pass score, 0..100",
+                        );
+                    }
+                    let params = match compare {
+                        Some(c) => compile_compare(&format!("{mp}.compare"), c, errs),
+                        None => crate::stats::compare::CompareParams::DEFAULT,
+                    };
+                    Some(MetricKind::BaselineComparison(params))
+                }
+                (kind, Some(_)) => {
+                    errs.push(
+                        format!("{mp}.compare"),
+                        format!("compare is only for the {BASELINE_COMPARISON:?} metric"),
+                    );
+                    kind
+                }
+                (kind, None) => kind,
+            };
             let metric_interval = errs.duration(&format!("{mp}.interval"), &m.interval, interval);
             let min_requests = errs.int_in(
                 &format!("{mp}.minRequests"),
@@ -277,6 +308,7 @@ pub(super) fn validate_canaries(
                         base,
                         errs,
                     ),
+                    dry_run: m.dry_run.unwrap_or(false),
                 });
             }
         }
@@ -443,4 +475,55 @@ pub(super) fn validate_canaries(
         }
     }
     out
+}
+
+/// `compare:` of `baseline-comparison`, every field checked (errors with paths).
+fn compile_compare(
+    path: &str,
+    c: &crate::config::raw::RawCompare,
+    errs: &mut Errors,
+) -> crate::stats::compare::CompareParams {
+    let mut params = crate::stats::compare::CompareParams::DEFAULT;
+    if let Some(against) = &c.against {
+        if against != "primary" {
+            errs.push(
+                format!("{path}.against"),
+                format!("unknown baseline {against:?}; expected primary"),
+            );
+        }
+    }
+    if let Some(conf) = c.confidence {
+        if conf.is_finite() && conf > 0.5 && conf < 1.0 {
+            params.confidence = conf;
+        } else {
+            errs.push(
+                format!("{path}.confidence"),
+                format!("{conf} is not a confidence between 0.5 and 1 (exclusive)"),
+            );
+        }
+    }
+    let min = errs.int_in(
+        &format!("{path}.minRequests"),
+        c.min_requests,
+        1,
+        1_000_000_000,
+        params.min_requests as i64,
+    );
+    params.min_requests = u64::try_from(min).unwrap_or(params.min_requests);
+    for (name, side, slot) in [
+        ("latency", &c.latency, &mut params.latency_allowed_increase),
+        ("errors", &c.errors, &mut params.errors_allowed_increase),
+    ] {
+        if let Some(v) = side.as_ref().and_then(|s| s.allowed_increase) {
+            if v.is_finite() && v >= 1.0 {
+                *slot = v;
+            } else {
+                errs.push(
+                    format!("{path}.{name}.allowedIncrease"),
+                    format!("{v} is not a ratio of at least 1 (canary ÷ primary)"),
+                );
+            }
+        }
+    }
+    params
 }

@@ -1,8 +1,9 @@
 //! The validated, typed form of a `canaries:` entry, and the kinds (hooks, metrics,
 //! promotion) named once as enums.
 
-use super::canary::defaults::{DURATION, SUCCESS_RATE};
+use super::canary::defaults::{BASELINE_COMPARISON, DURATION, SUCCESS_RATE};
 use super::*;
+use crate::stats::compare::CompareParams;
 
 /// A canary definition, validated and typed: every duration parsed, every kind an
 /// enum, the `match` rules compiled. The engine maps it to its spec without reading
@@ -137,6 +138,8 @@ pub struct CanaryMetric {
     pub min_requests: u64,
     /// CA certificates trusted for an `https://` Prometheus (`caFile`).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Measured and shown, never counted as a failed check (`dryRun: true`).
+    pub dry_run: bool,
 }
 
 /// Where a metric's value comes from.
@@ -156,13 +159,20 @@ pub enum MetricKind {
         /// The query template.
         query: String,
     },
+    /// The canary against the primary in the same window (`baseline-comparison`): the
+    /// judge's score, 0..100.
+    BaselineComparison(CompareParams),
 }
 
 impl MetricKind {
     /// The built-in metrics by name.
-    pub const BUILTIN: [(&'static str, MetricKind); 2] = [
+    pub const BUILTIN: [(&'static str, MetricKind); 3] = [
         (SUCCESS_RATE, MetricKind::SuccessRate),
         (DURATION, MetricKind::Duration),
+        (
+            BASELINE_COMPARISON,
+            MetricKind::BaselineComparison(CompareParams::DEFAULT),
+        ),
     ];
 
     /// The built-in metric of that name.

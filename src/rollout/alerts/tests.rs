@@ -23,12 +23,16 @@ fn alert(severity: Severity, reason: &str, message: &str) -> Alert {
                 value: Some(91.5),
                 passed: false,
                 reason: "91.50 < 99".into(),
+                dry_run: false,
+                judgement: None,
             },
             MetricResult {
                 name: "request-duration".into(),
                 value: Some(12.0),
                 passed: true,
                 reason: "12.00 <= 500".into(),
+                dry_run: false,
+                judgement: None,
             },
         ],
         checksum: "abc".into(),
@@ -146,6 +150,8 @@ fn long_messages_are_cut_to_each_services_limits() {
             value: Some(1.0),
             passed: false,
             reason: "r".repeat(2000),
+            dry_run: false,
+            judgement: None,
         })
         .collect();
     let slack = render(ProviderKind::Slack, "general", "weir", &a);

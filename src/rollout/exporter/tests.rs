@@ -64,12 +64,16 @@ fn facts_are_read_from_the_state() {
             value: Some(99.5),
             passed: true,
             reason: String::new(),
+            dry_run: false,
+            judgement: None,
         },
         MetricResult {
             name: "no-data".into(),
             value: None,
             passed: false,
             reason: "no values found".into(),
+            dry_run: false,
+            judgement: None,
         },
     ];
     let f = CanaryFacts::of(&def(), &st);
@@ -289,6 +293,8 @@ fn flagger_names_only_when_asked_with_flaggers_labels() {
         value: Some(0.25),
         passed: true,
         reason: String::new(),
+        dry_run: false,
+        judgement: None,
     }];
     let plain = RolloutMetrics::new(false);
     plain.update(&d, &st, true);
@@ -366,6 +372,8 @@ fn the_text_is_well_formed() {
         value: Some(f64::INFINITY),
         passed: false,
         reason: String::new(),
+        dry_run: false,
+        judgement: None,
     }];
     m.update(&d, &st, true);
     let mut out = "weir_table_version 1".to_string();

@@ -19,6 +19,7 @@ fn metric(name: &str, min: Option<f64>, max: Option<f64>) -> MetricSpec {
         min,
         max,
         interval_ms: INTERVAL,
+        dry_run: false,
     }
 }
 
@@ -254,6 +255,7 @@ impl Sim {
                             value,
                             passed: verdict.is_ok(),
                             reason: verdict.err().unwrap_or_default(),
+                            ..MetricResult::default()
                         });
                     }
                     any_failed
@@ -675,6 +677,24 @@ fn blue_green_with_mirror_mirrors_during_iterations() {
     assert_eq!(all.traffic(), vec![traffic(100, false, None)]);
     assert!(all.message().contains("stop traffic mirroring"));
     assert_eq!(sim.tick().phase(), Phase::Promoting);
+}
+
+#[test]
+fn a_failing_dry_run_metric_is_recorded_but_never_a_failed_check() {
+    let mut spec = base_spec();
+    spec.analysis.metrics[0].dry_run = true;
+    let mut sim = Sim::new(spec);
+    sim.init();
+    sim.release("v2");
+    assert_eq!(sim.tick().weight(), 10);
+    sim.fail_metric("request-success-rate", true);
+    let r = sim.tick();
+    assert_eq!(r.state.failed_checks, 0, "{:?}", r.state);
+    assert_eq!(r.weight(), 20, "the run steps on");
+    let recorded = &r.state.last_checks.metrics;
+    assert!(recorded
+        .iter()
+        .any(|m| m.name == "request-success-rate" && !m.passed));
 }
 
 #[test]
@@ -1728,6 +1748,7 @@ fn random_inputs_never_break_the_machine() {
                                 value,
                                 passed: m.evaluate(value).is_ok() || rng.random_bool(0.5),
                                 reason: String::new(),
+                                ..MetricResult::default()
                             });
                         }
                     }

@@ -236,6 +236,13 @@ pub struct MetricResult {
     pub passed: bool,
     /// Why it failed (`95.00 < 99`, `not enough traffic`).
     pub reason: String,
+    /// A `dryRun` metric: shown and exported, never counted as a failed check (its
+    /// `passed` says what it would have decided).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The judge's classifications, estimates and intervals (`baseline-comparison`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judgement: Option<crate::stats::compare::Judgement>,
 }
 
 /// An operator's command, from the control API or `weir ctl`.
