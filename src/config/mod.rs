@@ -16,6 +16,7 @@ pub mod cluster;
 mod duration;
 mod locate;
 pub mod raw;
+mod raw_policies;
 pub mod tls;
 mod validate;
 
@@ -27,6 +28,10 @@ pub use validate::{
     IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, MetricKind, OutlierSettings,
     Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
     UpstreamTls,
+};
+pub use validate::{
+    BudgetSettings, CircuitBreakerLimits, RateKey, RateLimitPolicy, RetryOn, RetryPolicy,
+    RoutePolicies, MAX_RETRY_ATTEMPTS,
 };
 
 use std::fmt;
