@@ -12,10 +12,10 @@
 
 use crate::config::{BackendSpec, LoadBalancer};
 use crate::dataplane::endpoints::rolling::RollingStatus;
-use crate::dataplane::resilience::breaker::Breaker;
 use crate::dataplane::endpoints::runtime::{
     now_ms, EndpointControl, EndpointsView, HealthView, RolloutSnapshot,
 };
+use crate::dataplane::resilience::breaker::Breaker;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -262,16 +262,17 @@ impl TableStore {
                 canary: r.canary.as_deref().map(|c| backends[c].clone()),
                 mirror: mirrors.entry(r.name.clone()).or_default().clone(),
                 metrics: self.metrics.route(&r.name),
-                guards: spec.policies.get(&r.name).map(|p| {
-                    match guards.get(&r.name) {
+                guards: spec
+                    .policies
+                    .get(&r.name)
+                    .map(|p| match guards.get(&r.name) {
                         Some(g) if g.policies == *p => g.clone(),
                         _ => {
                             let g = RouteGuards::new(p.clone());
                             guards.insert(r.name.clone(), g.clone());
                             g
                         }
-                    }
-                }),
+                    }),
             })
             .collect();
         Snapshot {

@@ -159,14 +159,31 @@ pub async fn handle(
     let permit = match tokio::time::timeout(route.timeout, phases::admit_backend(backend)).await {
         Ok(Ok(p)) => p,
         Ok(Err(refusal)) => {
-            return Ok(refuse(&shared, &conn, counted, &refusal, log.as_ref(), start));
+            return Ok(refuse(
+                &shared,
+                &conn,
+                counted,
+                &refusal,
+                log.as_ref(),
+                start,
+            ));
         }
         Err(_) => {
             let refusal = Refusal::new(
                 ProxyError::Timeout,
-                format!("no room in backend {} within {:?}", backend.name, route.timeout),
+                format!(
+                    "no room in backend {} within {:?}",
+                    backend.name, route.timeout
+                ),
             );
-            return Ok(refuse(&shared, &conn, counted, &refusal, log.as_ref(), start));
+            return Ok(refuse(
+                &shared,
+                &conn,
+                counted,
+                &refusal,
+                log.as_ref(),
+                start,
+            ));
         }
     };
 
@@ -224,9 +241,8 @@ pub async fn handle(
     if let Some((g, _)) = retry {
         g.with_budget(|b| b.deposit(phases::now_ms(&shared, start)));
     }
-    let replayable = retry.filter(|(_, p)| {
-        body.is_end_stream() || body_len.is_some_and(|n| n <= p.max_body_bytes)
-    });
+    let replayable = retry
+        .filter(|(_, p)| body.is_end_stream() || body_len.is_some_and(|n| n <= p.max_body_bytes));
     let mut abandoned = Abandoned {
         shared: &shared,
         rt,
@@ -241,10 +257,17 @@ pub async fn handle(
         let kept = if body.is_end_stream() {
             Ok(None)
         } else {
-            read_whole(body, &shared.settings, policy.max_body_bytes).await.map(Some)
+            read_whole(body, &shared.settings, policy.max_body_bytes)
+                .await
+                .map(Some)
         };
         match kept {
-            Err(fault) => (Err(Err(fault)), endpoint.clone(), InFlight::start(endpoint), start),
+            Err(fault) => (
+                Err(Err(fault)),
+                endpoint.clone(),
+                InFlight::start(endpoint),
+                start,
+            ),
             Ok(kept) => {
                 let x = retry::Replay {
                     shared: &shared,
@@ -270,10 +293,14 @@ pub async fn handle(
         } else {
             ProxyBody::streamed(body)
         };
-        let up_body = match rt.guards.as_ref().and_then(|g| g.policies.max_request_body_bytes) {
-            Some(max) if !up_body.is_end_stream() => ProxyBody::boxed(http_body_util::BodyExt::boxed(
-                upload::Capped::new(up_body, max),
-            )),
+        let up_body = match rt
+            .guards
+            .as_ref()
+            .and_then(|g| g.policies.max_request_body_bytes)
+        {
+            Some(max) if !up_body.is_end_stream() => ProxyBody::boxed(
+                http_body_util::BodyExt::boxed(upload::Capped::new(up_body, max)),
+            ),
             _ => up_body,
         };
         let up_body = idle_limited(up_body, shared.settings.body_idle_timeout);
@@ -323,7 +350,9 @@ pub async fn handle(
         let outcome = match result {
             Err(Some(fault)) => Err(Err(fault)),
             Err(None) => Err(Ok(UpstreamFailure::Timeout(route.timeout))),
-            Ok(Ok(r)) if client_upgrade.is_none() && r.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            Ok(Ok(r))
+                if client_upgrade.is_none() && r.status() == StatusCode::SWITCHING_PROTOCOLS =>
+            {
                 tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
                 Err(Ok(UpstreamFailure::Broken))
             }

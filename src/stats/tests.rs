@@ -779,7 +779,10 @@ fn a_snapshot_without_retries_keeps_its_old_wire_form() {
     let stats = RouteStats::new(60);
     stats.record(Role::Primary, 7, false, 10);
     let json = serde_json::to_value(stats.snapshot(Role::Primary, 7, 10)).unwrap();
-    assert!(json.get("retries").is_none() && json.get("retriedFailures").is_none(), "{json}");
+    assert!(
+        json.get("retries").is_none() && json.get("retriedFailures").is_none(),
+        "{json}"
+    );
     let back: WindowSnapshot = serde_json::from_value(json).unwrap();
     assert_eq!(back.attempts(), 1);
 }

@@ -190,10 +190,13 @@ fn compile_retries(path: &str, r: &RawRetries, errs: &mut Errors) -> RetryPolicy
             "is only used with the retriable-status-codes condition (add it to `on`)",
         );
     }
-    let per_try_timeout = r
-        .per_try_timeout
-        .as_ref()
-        .map(|_| errs.duration(&format!("{path}.perTryTimeout"), &r.per_try_timeout, Duration::from_secs(1)));
+    let per_try_timeout = r.per_try_timeout.as_ref().map(|_| {
+        errs.duration(
+            &format!("{path}.perTryTimeout"),
+            &r.per_try_timeout,
+            Duration::from_secs(1),
+        )
+    });
     let (backoff_base, backoff_max) = match &r.backoff {
         None => (Duration::from_millis(25), Duration::from_millis(250)),
         Some(b) => {

@@ -118,8 +118,9 @@ pub fn retry_reason(policy: &RetryPolicy, outcome: AttemptOutcome) -> Option<Ret
             (on.connect_failure || on.server_error).then_some(RetryReason::ConnectFailure)
         }
         AttemptOutcome::Reset => (on.reset || on.server_error).then_some(RetryReason::Reset),
-        AttemptOutcome::PerTryTimeout => (on.reset || on.server_error || on.gateway_error)
-            .then_some(RetryReason::PerTryTimeout),
+        AttemptOutcome::PerTryTimeout => {
+            (on.reset || on.server_error || on.gateway_error).then_some(RetryReason::PerTryTimeout)
+        }
         AttemptOutcome::Answered(s) => {
             if on.status_codes && policy.status_codes.contains(&s) {
                 Some(RetryReason::StatusCode)

@@ -4,7 +4,9 @@
 use super::breaker::{Breaker, Overflow};
 use super::bucket::{retry_after_secs, TokenBucket};
 use super::budget::RetryBudget;
-use super::retry::{backoff, decide, retry_reason, AttemptOutcome, BodyReplay, RetryDecision, RetryReason};
+use super::retry::{
+    backoff, decide, retry_reason, AttemptOutcome, BodyReplay, RetryDecision, RetryReason,
+};
 use crate::config::{BudgetSettings, CircuitBreakerLimits, RetryOn, RetryPolicy};
 use http::Method;
 use std::time::Duration;
@@ -45,25 +47,46 @@ fn conditions_select_the_outcomes_they_name() {
         policy(on)
     };
     let connect = only(|o| o.connect_failure = true);
-    assert_eq!(retry_reason(&connect, ConnectFailure), Some(RetryReason::ConnectFailure));
+    assert_eq!(
+        retry_reason(&connect, ConnectFailure),
+        Some(RetryReason::ConnectFailure)
+    );
     assert_eq!(retry_reason(&connect, Reset), None);
     assert_eq!(retry_reason(&connect, Answered(503)), None);
     let gateway = only(|o| o.gateway_error = true);
     for s in [502, 503, 504] {
-        assert_eq!(retry_reason(&gateway, Answered(s)), Some(RetryReason::GatewayError));
+        assert_eq!(
+            retry_reason(&gateway, Answered(s)),
+            Some(RetryReason::GatewayError)
+        );
     }
     assert_eq!(retry_reason(&gateway, Answered(500)), None);
-    assert_eq!(retry_reason(&gateway, PerTryTimeout), Some(RetryReason::PerTryTimeout));
+    assert_eq!(
+        retry_reason(&gateway, PerTryTimeout),
+        Some(RetryReason::PerTryTimeout)
+    );
     let five = only(|o| o.server_error = true);
-    assert_eq!(retry_reason(&five, Answered(500)), Some(RetryReason::ServerError));
+    assert_eq!(
+        retry_reason(&five, Answered(500)),
+        Some(RetryReason::ServerError)
+    );
     assert_eq!(retry_reason(&five, Answered(499)), None);
-    assert_eq!(retry_reason(&five, ConnectFailure), Some(RetryReason::ConnectFailure));
+    assert_eq!(
+        retry_reason(&five, ConnectFailure),
+        Some(RetryReason::ConnectFailure)
+    );
     assert_eq!(retry_reason(&five, Reset), Some(RetryReason::Reset));
     let codes = only(|o| o.status_codes = true);
-    assert_eq!(retry_reason(&codes, Answered(409)), Some(RetryReason::StatusCode));
+    assert_eq!(
+        retry_reason(&codes, Answered(409)),
+        Some(RetryReason::StatusCode)
+    );
     assert_eq!(retry_reason(&codes, Answered(503)), None);
     // Never processed: always retriable, whatever `on` says.
-    assert_eq!(retry_reason(&only(|_| {}), Refused), Some(RetryReason::RefusedStream));
+    assert_eq!(
+        retry_reason(&only(|_| {}), Refused),
+        Some(RetryReason::RefusedStream)
+    );
     assert_eq!(retry_reason(&only(|_| {}), Answered(200)), None);
 }
 
@@ -76,19 +99,40 @@ fn the_decision_checks_condition_attempts_method_body_then_budget() {
     };
     use AttemptOutcome::*;
     use BodyReplay::*;
-    assert_eq!(d(1, Answered(200), &Method::GET, Empty, &mut budget), RetryDecision::NotRetriable);
+    assert_eq!(
+        d(1, Answered(200), &Method::GET, Empty, &mut budget),
+        RetryDecision::NotRetriable
+    );
     assert_eq!(
         d(1, ConnectFailure, &Method::GET, Empty, &mut budget),
         RetryDecision::Retry(RetryReason::ConnectFailure)
     );
-    assert_eq!(d(2, Answered(503), &Method::PUT, Buffered, &mut budget), RetryDecision::Retry(RetryReason::GatewayError));
+    assert_eq!(
+        d(2, Answered(503), &Method::PUT, Buffered, &mut budget),
+        RetryDecision::Retry(RetryReason::GatewayError)
+    );
     // attempts: 2 extra → the third attempt is the last.
-    assert_eq!(d(3, Answered(503), &Method::GET, Empty, &mut budget), RetryDecision::Exhausted);
-    assert_eq!(d(1, Answered(503), &Method::POST, Empty, &mut budget), RetryDecision::Method);
-    assert_eq!(d(1, Reset, &Method::PUT, Streamed, &mut budget), RetryDecision::Body);
+    assert_eq!(
+        d(3, Answered(503), &Method::GET, Empty, &mut budget),
+        RetryDecision::Exhausted
+    );
+    assert_eq!(
+        d(1, Answered(503), &Method::POST, Empty, &mut budget),
+        RetryDecision::Method
+    );
+    assert_eq!(
+        d(1, Reset, &Method::PUT, Streamed, &mut budget),
+        RetryDecision::Body
+    );
     // A refused stream ignores the method, not the body.
-    assert_eq!(d(1, Refused, &Method::POST, Buffered, &mut budget), RetryDecision::Retry(RetryReason::RefusedStream));
-    assert_eq!(d(1, Refused, &Method::POST, Streamed, &mut budget), RetryDecision::Body);
+    assert_eq!(
+        d(1, Refused, &Method::POST, Buffered, &mut budget),
+        RetryDecision::Retry(RetryReason::RefusedStream)
+    );
+    assert_eq!(
+        d(1, Refused, &Method::POST, Streamed, &mut budget),
+        RetryDecision::Body
+    );
     // Only the three retries granted above were withdrawn.
     assert_eq!(budget.totals(1_000), (0, 3));
 }
@@ -105,7 +149,15 @@ fn an_empty_budget_refuses_and_a_refused_retry_spends_nothing() {
         budget.deposit(0);
     }
     assert_eq!(
-        decide(&p, 1, AttemptOutcome::Reset, &Method::GET, BodyReplay::Empty, &mut budget, 0),
+        decide(
+            &p,
+            1,
+            AttemptOutcome::Reset,
+            &Method::GET,
+            BodyReplay::Empty,
+            &mut budget,
+            0
+        ),
         RetryDecision::Budget
     );
     assert_eq!(budget.totals(0), (100, 0));
@@ -135,10 +187,16 @@ fn the_budget_allows_the_floor_plus_the_percent_of_requests_in_the_window() {
 #[test]
 fn backoff_is_jittered_under_an_exponential_ceiling_capped_at_max() {
     let p = policy(all_on());
-    assert_eq!(backoff(&p, 1, u64::MAX), Duration::from_micros(u64::MAX % 25_001));
+    assert_eq!(
+        backoff(&p, 1, u64::MAX),
+        Duration::from_micros(u64::MAX % 25_001)
+    );
     for (n, ceiling_ms) in [(1, 25), (2, 50), (3, 100), (4, 200), (5, 250), (30, 250)] {
         for r in [0u64, 7, 1 << 40, u64::MAX] {
-            assert!(backoff(&p, n, r) <= Duration::from_millis(ceiling_ms), "n={n} r={r}");
+            assert!(
+                backoff(&p, n, r) <= Duration::from_millis(ceiling_ms),
+                "n={n} r={r}"
+            );
         }
         // The largest draw reaches the ceiling.
         let top = (ceiling_ms * 1000) as u64;
@@ -185,7 +243,11 @@ async fn the_breaker_queues_up_to_its_limit_and_refuses_beyond() {
     drop(first);
     waiting.await.unwrap().unwrap();
     assert_eq!(b.requests(), 0);
-    assert_eq!(b.overflow_pending.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(
+        b.overflow_pending
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
     // maxRequests counts queued and active together.
     let tight = Breaker::new(CircuitBreakerLimits {
         max_connections: 5,

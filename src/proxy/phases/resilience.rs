@@ -165,4 +165,3 @@ pub fn record_retried(
         }
     }
 }
-

@@ -80,7 +80,10 @@ pub(super) async fn run(x: Replay<'_>, head: Request<()>, first: Arc<Endpoint>) 
                 .insert(ATTEMPT_HEADER, HeaderValue::from(n));
         }
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let per_try = x.policy.per_try_timeout.map_or(remaining, |p| p.min(remaining));
+        let per_try = x
+            .policy
+            .per_try_timeout
+            .map_or(remaining, |p| p.min(remaining));
         let (outcome, kind) = match tokio::time::timeout(per_try, send(&x, req)).await {
             Err(_) if per_try < remaining => (
                 Err(UpstreamFailure::Timeout(per_try)),
@@ -107,7 +110,10 @@ pub(super) async fn run(x: Replay<'_>, head: Request<()>, first: Arc<Endpoint>) 
                 if refused_stream(&e) {
                     (Err(UpstreamFailure::Broken), AttemptOutcome::Refused)
                 } else if e.is_connect() {
-                    (Err(UpstreamFailure::Connect), AttemptOutcome::ConnectFailure)
+                    (
+                        Err(UpstreamFailure::Connect),
+                        AttemptOutcome::ConnectFailure,
+                    )
                 } else {
                     (Err(UpstreamFailure::Broken), AttemptOutcome::Reset)
                 }
@@ -148,7 +154,10 @@ pub(super) async fn run(x: Replay<'_>, head: Request<()>, first: Arc<Endpoint>) 
                 started,
             };
         }
-        let answer = outcome.as_ref().map(|r| r.status().as_u16()).map_err(|f| *f);
+        let answer = outcome
+            .as_ref()
+            .map(|r| r.status().as_u16())
+            .map_err(|f| *f);
         feed_outlier(x.backend, &endpoint, answer.ok());
         record_retried(
             x.shared, x.rt, x.role, answer, started, x.backend, &endpoint,
@@ -174,7 +183,11 @@ async fn send(
     req: Request<()>,
 ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
     let again = copy_head(&req);
-    let body = || x.body.clone().map_or_else(ProxyBody::empty, ProxyBody::full);
+    let body = || {
+        x.body
+            .clone()
+            .map_or_else(ProxyBody::empty, ProxyBody::full)
+    };
     match x.client.request(req.map(|()| body())).await {
         Err(e) if stale_connection(&e) => match x.shared.client.fresh_for(x.protocol, x.tls) {
             Ok(fresh) => fresh.request(again.map(|()| body())).await,
