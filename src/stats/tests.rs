@@ -686,11 +686,13 @@ fn summary_json_uses_the_contract_field_names() {
     assert_eq!(
         keys,
         [
+            "attempts",
             "clientErrors",
             "failures",
             "p50Ms",
             "p90Ms",
             "p99Ms",
+            "requestSuccessRate",
             "requests",
             "rps",
             "successRate"
