@@ -474,8 +474,7 @@ async fn a_body_over_the_limit_is_a_413_and_nothing_reaches_the_backend() {
 async fn bad_policies_are_refused_with_their_field_paths() {
     let yaml = "backends:\n  b:\n    endpoints: [\"127.0.0.1:1\"]\n    circuitBreaker: { maxRequests: 0 }\nroutes:\n  - name: r\n    primary: b\n    maxRequestBodyBytes: -1\n    retries: { attempts: 11, on: [sometimes], perTryTimeout: soon, budget: { percent: 120 } }\n    rateLimit: { requestsPerSecond: 0, key: \"cookie:x\" }\n";
     let err = weir::config::parse_yaml(yaml, "t.yaml", std::path::Path::new("."))
-        .err()
-        .expect("invalid")
+        .expect_err("invalid")
         .to_string();
     for path in [
         "backends.b.circuitBreaker.maxRequests",

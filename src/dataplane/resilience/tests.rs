@@ -199,7 +199,7 @@ fn backoff_is_jittered_under_an_exponential_ceiling_capped_at_max() {
             );
         }
         // The largest draw reaches the ceiling.
-        let top = (ceiling_ms * 1000) as u64;
+        let top = ceiling_ms * 1000;
         assert_eq!(backoff(&p, n, top), Duration::from_millis(ceiling_ms));
     }
     assert_eq!(backoff(&p, 1, 0), Duration::ZERO);
