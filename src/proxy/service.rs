@@ -154,28 +154,10 @@ pub async fn handle(
     let (backend, role) = choose_side(decision.side, rt);
     let counted = Some((rt, role, route.name.as_str()));
 
-    // Phase: the side's circuit breaker (a queued request waits at most the
-    // route timeout).
-    let permit = match tokio::time::timeout(route.timeout, phases::admit_backend(backend)).await {
-        Ok(Ok(p)) => p,
-        Ok(Err(refusal)) => {
-            return Ok(refuse(
-                &shared,
-                &conn,
-                counted,
-                &refusal,
-                log.as_ref(),
-                start,
-            ));
-        }
-        Err(_) => {
-            let refusal = Refusal::new(
-                ProxyError::Timeout,
-                format!(
-                    "no room in backend {} within {:?}",
-                    backend.name, route.timeout
-                ),
-            );
+    // Phase: the side's circuit breaker.
+    let permit = match phases::admit_backend(backend, route.timeout).await {
+        Ok(p) => p,
+        Err(refusal) => {
             return Ok(refuse(
                 &shared,
                 &conn,

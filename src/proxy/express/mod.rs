@@ -257,20 +257,9 @@ async fn serve_one(
     let rt = &snap.routes[f.route];
     let s = &shared.settings;
     // The side's circuit breaker; a queued request waits within the route timeout.
-    let _permit = match tokio::time::timeout(route.timeout, phases::admit_backend(&f.backend)).await
-    {
-        Ok(Ok(p)) => p,
-        Ok(Err(refusal)) => return answer(client, cx, &snap, f.failed(refusal), start).await,
-        Err(_) => {
-            let refusal = phases::Refusal::new(
-                crate::proxy::errors::ProxyError::Timeout,
-                format!(
-                    "no room in backend {} within {:?}",
-                    f.backend.name, route.timeout
-                ),
-            );
-            return answer(client, cx, &snap, f.failed(refusal), start).await;
-        }
+    let _permit = match phases::admit_backend(&f.backend, route.timeout).await {
+        Ok(p) => p,
+        Err(refusal) => return answer(client, cx, &snap, f.failed(refusal), start).await,
     };
     let _in_flight = InFlight::start(f.endpoint.clone());
     let mut rbuf = Vec::with_capacity(8192);
