@@ -331,6 +331,10 @@ fn config(b: &Backends, fast: bool) -> String {
     routes += "  - { name: refused, hosts: [refused.test], primary: refused }\n";
     routes += "  - { name: reset, hosts: [reset.test], primary: hang }\n";
     routes += "  - { name: once, hosts: [once.test], primary: once }\n";
+    routes += "  - { name: retried, hosts: [retried.test], primary: pair, retries: { attempts: 1, on: [connect-failure], backoff: { base: 1ms, max: 1ms } } }\n";
+    routes += "  - { name: limited, hosts: [limited.test], primary: blue, rateLimit: { requestsPerSecond: 0.001, burst: 1 } }\n";
+    routes += "  - { name: capped, hosts: [capped.test], primary: blue, maxRequestBodyBytes: 4 }\n";
+    routes += "  - { name: guarded, hosts: [guarded.test], primary: guarded }\n";
     format!(
         "proxy:
   http1FastPath: {fast}
@@ -345,6 +349,8 @@ backends:
   stall: {{ endpoints: [\"{stall}\"] }}
   refused: {{ endpoints: [\"{refused}\"] }}
   once: {{ endpoints: [\"{once}\"] }}
+  pair: {{ endpoints: [\"{refused}\", \"{blue}\"] }}
+  guarded: {{ endpoints: [\"{blue}\"], circuitBreaker: {{ maxConnections: 4, maxPendingRequests: 4, maxRequests: 8 }} }}
 routes:
 {routes}"
     )
@@ -626,6 +632,27 @@ fn cases() -> Vec<Case> {
             "route header edits",
             get("edits.test", "/", "X-Secret: s\r\nX-Env: dev\r\nX-Added: zero\r\n"),
         ),
+        Case {
+            name: "retries: a refused endpoint, then another (and a client's x-weir-attempt dropped)",
+            steps: vec![
+                Step::Req(get("retried.test", "/", "X-Weir-Attempt: 9\r\n"), false),
+                Step::Req(get("retried.test", "/", ""), false),
+            ],
+            known: None,
+        },
+        Case {
+            name: "rate limit: the second request is a 429 with Retry-After",
+            steps: vec![
+                Step::Req(get("limited.test", "/", ""), false),
+                Step::Req(get("limited.test", "/", ""), false),
+            ],
+            known: None,
+        },
+        case(
+            "body limit: a declared body over maxRequestBodyBytes",
+            "POST / HTTP/1.1\r\nHost: capped.test\r\nContent-Length: 10\r\n\r\n0123456789".into(),
+        ),
+        case("circuit breaker: under its limits", get("guarded.test", "/", "")),
     ]
 }
 

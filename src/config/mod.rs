@@ -16,6 +16,7 @@ pub mod cluster;
 mod duration;
 mod locate;
 pub mod raw;
+mod raw_policies;
 pub mod tls;
 mod validate;
 
@@ -31,6 +32,8 @@ pub use validate::{
 pub use validate::{
     AlertProvider, AlertRule, ProviderKind, Secret, Severity, DEFAULT_ALERT_RETRIES,
     DEFAULT_ALERT_TIMEOUT,
+    BudgetSettings, CircuitBreakerLimits, RateKey, RateLimitPolicy, RetryOn, RetryPolicy,
+    RoutePolicies, MAX_RETRY_ATTEMPTS,
 };
 
 use std::fmt;

@@ -8,9 +8,14 @@
 //! Kept whole although it is a little over 600 lines: it is one concern, the
 //! schema, read top to bottom in the order of DESIGN §3 (a field is found by
 //! its place in the file), and splitting it would only scatter that order.
+//! The resilience policies' own blocks live in `raw_policies`, re-exported here.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+pub use super::raw_policies::{
+    RawBackoff, RawCircuitBreaker, RawRateLimit, RawRetries, RawRetryBudget,
+};
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -343,6 +348,9 @@ pub struct RawBackend {
     /// Connect to the endpoints with TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawUpstreamTls>,
+    /// Limits on what is sent to the backend at once; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<RawCircuitBreaker>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -383,6 +391,15 @@ pub struct RawRoute {
     /// the table store (DESIGN §5). Users normally leave this out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity_state: Option<RawAffinityState>,
+    /// Retry policy; absent: no retries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RawRetries>,
+    /// Local rate limit; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RawRateLimit>,
+    /// Largest request body accepted (413 above it); absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_body_bytes: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

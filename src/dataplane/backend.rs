@@ -15,6 +15,7 @@ use crate::dataplane::endpoints::rolling::RollingStatus;
 use crate::dataplane::endpoints::runtime::{
     now_ms, EndpointControl, EndpointsView, HealthView, RolloutSnapshot,
 };
+use crate::dataplane::resilience::breaker::Breaker;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -114,6 +115,9 @@ pub struct Backend {
     control: EndpointControl,
     /// Set once a driver task runs for this backend (`endpoints::driver`).
     pub(crate) driver_started: AtomicBool,
+    /// The circuit breaker, when the backend has one (a changed limit
+    /// replaces it; requests admitted by the old one finish under it).
+    pub breaker: ArcSwap<Option<Arc<Breaker>>>,
 }
 
 impl Backend {
@@ -126,6 +130,7 @@ impl Backend {
             cursor: AtomicUsize::new(0),
             control,
             driver_started: AtomicBool::new(false),
+            breaker: ArcSwap::from_pointee(spec.circuit_breaker.map(Breaker::new)),
         })
     }
 
@@ -241,6 +246,15 @@ impl BackendRegistry {
         if let Some(b) = map.get(&spec.name) {
             b.lb.store(Arc::new(spec.load_balancer));
             b.control.sync(spec, &b.rotation, now_ms());
+            let same = match (&**b.breaker.load(), spec.circuit_breaker) {
+                (Some(old), Some(new)) => old.limits == new,
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                b.breaker
+                    .store(Arc::new(spec.circuit_breaker.map(Breaker::new)));
+            }
             return b.clone();
         }
         let b = Backend::new(spec);

@@ -261,6 +261,7 @@ impl Metrics {
             rec.register_gauge(&Key::from_parts(UPSTREAM_IN_FLIGHT, labels()), &METADATA)
                 .set(in_flight as f64);
         }
+        self.render_resilience(&snap, store);
         let mut text = self.handle.render();
         let sections = self
             .sections
@@ -490,3 +491,80 @@ pub trait AnsweredError: Copy {
 #[cfg(test)]
 #[path = "metrics_tests.rs"]
 mod tests;
+
+/// Name of the retry counter.
+pub const RETRIES_TOTAL: &str = "weir_retries_total";
+/// Name of the circuit-breaker refusal counter.
+pub const OVERFLOWS_TOTAL: &str = "weir_overflows_total";
+/// Name of the rate-limit refusal counter.
+pub const RATE_LIMITED_TOTAL: &str = "weir_rate_limited_total";
+
+impl Metrics {
+    /// The resilience series (DESIGN §11), read from the live state at
+    /// scrape time: `weir_retries_total{route,role,reason}`,
+    /// `weir_overflows_total{backend,limit}`, `weir_rate_limited_total{route}`.
+    /// Only routes with policies and backends with a breaker have them.
+    fn render_resilience(&self, snap: &super::store::Snapshot, store: &TableStore) {
+        use super::resilience::breaker::Overflow;
+        use super::resilience::retry::RetryReason;
+        let rec = &*self.recorder;
+        rec.describe_counter(
+            KeyName::from_const_str(RETRIES_TOTAL),
+            None,
+            "Retries sent, by route, role (primary|canary) and reason.".into(),
+        );
+        rec.describe_counter(
+            KeyName::from_const_str(OVERFLOWS_TOTAL),
+            None,
+            "Requests refused by a backend's circuit breaker (503 overflow), by limit.".into(),
+        );
+        rec.describe_counter(
+            KeyName::from_const_str(RATE_LIMITED_TOTAL),
+            None,
+            "Requests refused by a route's rate limit (429).".into(),
+        );
+        for (route, rt) in snap.spec.routing.routes.iter().zip(&snap.routes) {
+            let Some(g) = &rt.guards else {
+                continue;
+            };
+            if g.policies.retries.is_some() {
+                for role in [Role::Primary, Role::Canary] {
+                    for reason in RetryReason::ALL {
+                        let labels = vec![
+                            Label::new("route", route.name.clone()),
+                            Label::new("role", role.as_str()),
+                            Label::new("reason", reason.as_str()),
+                        ];
+                        rec.register_counter(&Key::from_parts(RETRIES_TOTAL, labels), &METADATA)
+                            .absolute(g.retries(role, reason));
+                    }
+                }
+            }
+            if g.policies.rate_limit.is_some() {
+                let labels = vec![Label::new("route", route.name.clone())];
+                rec.register_counter(&Key::from_parts(RATE_LIMITED_TOTAL, labels), &METADATA)
+                    .absolute(g.rate_limited.load(Ordering::Relaxed));
+            }
+        }
+        for name in snap.spec.backends.keys() {
+            let Some(b) = store.backend(name) else {
+                continue;
+            };
+            let breaker = b.breaker.load();
+            let Some(br) = &**breaker else {
+                continue;
+            };
+            for (limit, n) in [
+                (Overflow::MaxRequests, &br.overflow_requests),
+                (Overflow::MaxPendingRequests, &br.overflow_pending),
+            ] {
+                let labels = vec![
+                    Label::new("backend", name.clone()),
+                    Label::new("limit", limit.as_str()),
+                ];
+                rec.register_counter(&Key::from_parts(OVERFLOWS_TOTAL, labels), &METADATA)
+                    .absolute(n.load(Ordering::Relaxed));
+            }
+        }
+    }
+}

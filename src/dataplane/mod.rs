@@ -9,6 +9,8 @@
 //! - [`idle_pool`]: the fast path's idle upstream connections, per endpoint.
 //! - [`mirror`]: per-route mirror counters and in-flight cap.
 //! - [`metrics`]: the per-app Prometheus registry and its per-route handles.
+//! - [`resilience`]: retry budgets, rate-limit buckets and circuit breakers (PURE
+//!   decisions on a passed-in clock, and the state they keep).
 //!
 //! Layering: imports only `config` and `stats`; `proxy`, `control` and the
 //! features (`endpoints`, `rollout`, `cluster`, `table_api`) build on it.
@@ -18,4 +20,5 @@ pub mod endpoints;
 pub mod idle_pool;
 pub mod metrics;
 pub mod mirror;
+pub mod resilience;
 pub mod store;

@@ -9,6 +9,7 @@
 use super::backend::{Backend, BackendRegistry};
 use super::metrics::{Metrics, RouteMetrics};
 use super::mirror::MirrorCounters;
+use super::resilience::RouteGuards;
 use crate::config::affinity::fill_affinity_values;
 use crate::config::raw::{RawRoute, RawTable};
 use crate::config::{compile_table, ConfigError, TableSpec};
@@ -34,6 +35,10 @@ pub struct RouteRuntime {
     pub mirror: Arc<MirrorCounters>,
     /// Pre-registered Prometheus handles (kept across swaps by route name).
     pub metrics: Arc<RouteMetrics>,
+    /// Retry budget, rate-limit buckets and their counters; `None` when the
+    /// route has no resilience policy (kept across swaps while the
+    /// route's policies stay the same).
+    pub guards: Option<Arc<RouteGuards>>,
 }
 
 /// One installed table.
@@ -76,6 +81,7 @@ pub struct TableStore {
     backends: BackendRegistry,
     stats: Mutex<HashMap<String, Arc<RouteStats>>>,
     mirrors: Mutex<HashMap<String, Arc<MirrorCounters>>>,
+    guards: Mutex<HashMap<String, Arc<RouteGuards>>>,
     events: broadcast::Sender<TableChanged>,
     /// The app's Prometheus registry; hands out per-route handles.
     metrics: Arc<Metrics>,
@@ -108,6 +114,7 @@ impl TableStore {
             backends: BackendRegistry::default(),
             stats: Mutex::new(HashMap::new()),
             mirrors: Mutex::new(HashMap::new()),
+            guards: Mutex::new(HashMap::new()),
             events,
             metrics,
         };
@@ -134,6 +141,15 @@ impl TableStore {
     /// Backend runtime state by name.
     pub fn backend(&self, name: &str) -> Option<Arc<Backend>> {
         self.backends.get(name)
+    }
+
+    /// The resilience state of a route by name, if it has policies.
+    pub fn route_guards(&self, name: &str) -> Option<Arc<RouteGuards>> {
+        self.load()
+            .spec
+            .routing
+            .index_of(name)
+            .and_then(|i| self.load().routes.get(i).and_then(|r| r.guards.clone()))
     }
 
     /// Stats of a route by name (also for routes removed since, until restart).
@@ -226,6 +242,7 @@ impl TableStore {
     fn build(&self, spec: TableSpec, version: u64) -> Snapshot {
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         let mut mirrors = self.mirrors.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guards = self.guards.lock().unwrap_or_else(|p| p.into_inner());
         let backends: HashMap<&str, Arc<Backend>> = spec
             .backends
             .values()
@@ -245,6 +262,17 @@ impl TableStore {
                 canary: r.canary.as_deref().map(|c| backends[c].clone()),
                 mirror: mirrors.entry(r.name.clone()).or_default().clone(),
                 metrics: self.metrics.route(&r.name, &r.primary, r.canary.as_deref()),
+                guards: spec
+                    .policies
+                    .get(&r.name)
+                    .map(|p| match guards.get(&r.name) {
+                        Some(g) if g.policies == *p => g.clone(),
+                        _ => {
+                            let g = RouteGuards::new(p.clone());
+                            guards.insert(r.name.clone(), g.clone());
+                            g
+                        }
+                    }),
             })
             .collect();
         Snapshot {

@@ -32,6 +32,12 @@ pub enum ProxyError {
     /// The client went away before the response (499, nginx's code; only
     /// logs and metrics see it).
     ClientClosed,
+    /// The backend's circuit breaker is full (503, `overflow`).
+    Overflow,
+    /// The route's rate limit has no token for the request (429, with `Retry-After`).
+    RateLimited,
+    /// The request body is larger than the route's `maxRequestBodyBytes` (413).
+    BodyTooLarge,
 }
 
 impl ProxyError {
@@ -51,6 +57,9 @@ impl ProxyError {
             ProxyError::ClientClosed => {
                 StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST)
             }
+            ProxyError::Overflow => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
@@ -67,6 +76,9 @@ impl ProxyError {
             ProxyError::HeadersTooLarge => "request-headers-too-large",
             ProxyError::RequestTimeout => "request-timeout",
             ProxyError::ClientClosed => "client-closed",
+            ProxyError::Overflow => "overflow",
+            ProxyError::RateLimited => "rate-limited",
+            ProxyError::BodyTooLarge => "request-body-too-large",
         }
     }
 

@@ -17,6 +17,12 @@
 //! 5. [`feed_outlier`] with the outcome;
 //! 6. [`record_answer`] / [`record_error`] / [`record_client_error`]
 //!    (stats window and Prometheus) and [`log_access`].
+//!
+//! The resilience policies (DESIGN §11, `resilience`): [`rate_limit`] and
+//! [`body_too_large`] at admission, [`admit_backend`] (circuit breaker)
+//! after the side is chosen, and per attempt [`retry_policy`],
+//! [`pick_retry_endpoint`] and [`record_retried`], which counts a retried
+//! attempt in its side's stats so the analysis judges attempts.
 
 use super::errors::ProxyError;
 use super::service::ProxyShared;
@@ -68,13 +74,16 @@ pub struct Refusal {
     pub err: ProxyError,
     /// Why, for the body (`code: detail`).
     pub detail: Cow<'static, str>,
+    /// Seconds for a `Retry-After` header (a rate-limited request).
+    pub retry_after: Option<u64>,
 }
 
 impl Refusal {
-    fn new(err: ProxyError, detail: impl Into<Cow<'static, str>>) -> Self {
+    pub(crate) fn new(err: ProxyError, detail: impl Into<Cow<'static, str>>) -> Self {
         Refusal {
             err,
             detail: detail.into(),
+            retry_after: None,
         }
     }
 
@@ -362,6 +371,12 @@ pub fn account_refusal(
         l.log(shared, peer, route, refusal.status(), start);
     }
 }
+
+mod resilience;
+pub use resilience::{
+    admit_backend, body_too_large, now_ms, pick_retry_endpoint, policies_need_general_path,
+    rate_limit, record_retried, retry_policy, ATTEMPT_HEADER,
+};
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use super::upstream::{InFlight, UpstreamClient};
 use super::{grpc, limits, upgrade};
 use crate::config::{ProxySettings, UpstreamProtocol};
 use crate::dataplane::store::{RouteRuntime, Snapshot, TableStore};
-use crate::routing::{decide, normalize_host, Draw, RequestView, Route};
+use crate::routing::{decide, normalize_host, Draw, Headers, RequestView, Route};
 use crate::stats::Role;
 use http::header::{
     HeaderValue, CONNECTION, CONTENT_LENGTH, HOST, SET_COOKIE, TRANSFER_ENCODING, UPGRADE,
@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod request;
+mod retry;
 use request::{copy_head, upstream_request, Target};
 
 /// Everything the request path shares, built once at start.
@@ -121,6 +122,22 @@ pub async fn handle(
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
 
+    // Phase: admission by the route's policies (rate limit, body limit).
+    if rt.guards.is_some() {
+        let refused = phases::rate_limit(
+            &shared,
+            rt,
+            Headers::Map(&parts.headers),
+            conn.peer.ip(),
+            start,
+        )
+        .err()
+        .or_else(|| phases::body_too_large(rt, declared_length(&parts.headers)));
+        if let Some(refusal) = refused {
+            return Ok(refuse(&shared, &conn, None, &refusal, log.as_ref(), start));
+        }
+    }
+
     // Phase: decide (pure).
     let r = random_u64();
     let decision = {
@@ -136,6 +153,21 @@ pub async fn handle(
     };
     let (backend, role) = choose_side(decision.side, rt);
     let counted = Some((rt, role, route.name.as_str()));
+
+    // Phase: the side's circuit breaker.
+    let permit = match phases::admit_backend(backend, route.timeout).await {
+        Ok(p) => p,
+        Err(refusal) => {
+            return Ok(refuse(
+                &shared,
+                &conn,
+                counted,
+                &refusal,
+                log.as_ref(),
+                start,
+            ));
+        }
+    };
 
     // Phase: upstream request.
     let endpoint = match pick_endpoint(backend, r) {
@@ -153,6 +185,8 @@ pub async fn handle(
     };
     let x_forwarded_host = HeaderValue::from_str(host_raw).ok();
     let method = parts.method.clone();
+    let upgrading = upgrade_value.is_some();
+    let body_len = declared_length(&parts.headers);
     // The backend's protocol and TLS; an upgrade always goes over HTTP/1.1.
     let spec = snap.spec.backends.get(&backend.name);
     let protocol = match (&upgrade_value, spec) {
@@ -182,28 +216,15 @@ pub async fn handle(
         upgrade: upgrade_value,
     };
     let mut up = upstream_request(parts, &target, &conn, x_forwarded_host, route);
-    let up_body = if decision.mirror {
-        super::mirror::dispatch(&shared, &snap, idx, &mut up, body)
-    } else {
-        ProxyBody::streamed(body)
-    };
-    let up_body = idle_limited(up_body, shared.settings.body_idle_timeout);
-    // A request with a body: its end starts the route timeout and its
-    // faults are the client's. One shared state per such request.
-    let upload = (!up_body.is_end_stream()).then(|| Arc::new(Upload::default()));
-    let up_body = match &upload {
-        Some(u) => ProxyBody::boxed(http_body_util::BodyExt::boxed(Watched::new(
-            up_body,
-            u.clone(),
-        ))),
-        None => up_body,
-    };
-    // An idempotent request without a body may meet a pooled connection the
-    // backend has just closed; it then goes once more on a new connection
-    // (as the fast path and nginx do), so it needs a copy of its head.
-    let again = (upload.is_none() && method.is_idempotent()).then(|| copy_head(&up));
-    let up = up.map(|()| up_body);
-    let guard = InFlight::start(endpoint.clone());
+    // Retries: a request without a body or with one small enough to keep
+    // (its declared length within `maxBodyBytes`) may be sent again; a
+    // streamed body, an upgrade or a mirrored request is sent once.
+    let retry = phases::retry_policy(rt).filter(|_| !upgrading && !decision.mirror);
+    if let Some((g, _)) = retry {
+        g.with_budget(|b| b.deposit(phases::now_ms(&shared, start)));
+    }
+    let replayable = retry
+        .filter(|(_, p)| body.is_end_stream() || body_len.is_some_and(|n| n <= p.max_body_bytes));
     let mut abandoned = Abandoned {
         shared: &shared,
         rt,
@@ -214,49 +235,120 @@ pub async fn handle(
         start,
         armed: true,
     };
-    let limits = Limits {
-        route: route.timeout,
-        body_total: shared.settings.request_body_timeout,
-        body_idle: shared.settings.body_idle_timeout,
-    };
-    let exchange = async {
-        let first = client.request(up).await;
-        match (first, again) {
-            (Err(e), Some(req)) if super::client::stale_connection(&e) => {
-                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "pooled connection closed before an answer; sending again on a new one");
-                match shared.client.fresh_for(protocol, upstream_tls) {
-                    Ok(fresh) => fresh.request(req.map(|()| ProxyBody::empty())).await,
-                    Err(_) => Err(e),
-                }
+    let (outcome, endpoint, guard, attempt_start) = if let Some((guards, policy)) = replayable {
+        let kept = if body.is_end_stream() {
+            Ok(None)
+        } else {
+            read_whole(body, &shared.settings, policy.max_body_bytes)
+                .await
+                .map(Some)
+        };
+        match kept {
+            Err(fault) => (
+                Err(Err(fault)),
+                endpoint.clone(),
+                InFlight::start(endpoint),
+                start,
+            ),
+            Ok(kept) => {
+                let x = retry::Replay {
+                    shared: &shared,
+                    rt,
+                    role,
+                    backend,
+                    client: &client,
+                    protocol,
+                    tls: upstream_tls,
+                    guards,
+                    policy,
+                    method: method.clone(),
+                    body: kept,
+                    route_timeout: route.timeout,
+                };
+                let a = retry::run(x, up, endpoint).await;
+                (a.outcome.map_err(Ok), a.endpoint, a.guard, a.started)
             }
-            (r, _) => r,
         }
-    };
-    let result = match upload::wait_response(exchange, upload.as_deref(), limits).await {
-        Waited::Done(r) => Ok(r),
-        Waited::TimedOut => Err(None),
-        Waited::Client(fault) => Err(Some(fault)),
-    };
-    // The exchange's outcome, classified once. A 101 the client did not ask
-    // for cannot be forwarded: an HTTP/1 client would take the connection as
-    // switched, and HTTP/2 has no 101 at all (RFC 9113 §8.6). It is the
-    // upstream breaking the exchange.
-    let outcome = match result {
-        Err(Some(fault)) => Err(Err(fault)),
-        Err(None) => Err(Ok(UpstreamFailure::Timeout(route.timeout))),
-        Ok(Ok(r)) if client_upgrade.is_none() && r.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
-            Err(Ok(UpstreamFailure::Broken))
-        }
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) => {
-            tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
-            Err(Ok(if e.is_connect() {
-                UpstreamFailure::Connect
-            } else {
-                UpstreamFailure::Broken
-            }))
-        }
+    } else {
+        let up_body = if decision.mirror {
+            super::mirror::dispatch(&shared, &snap, idx, &mut up, body)
+        } else {
+            ProxyBody::streamed(body)
+        };
+        let up_body = match rt
+            .guards
+            .as_ref()
+            .and_then(|g| g.policies.max_request_body_bytes)
+        {
+            Some(max) if !up_body.is_end_stream() => ProxyBody::boxed(
+                http_body_util::BodyExt::boxed(upload::Capped::new(up_body, max)),
+            ),
+            _ => up_body,
+        };
+        let up_body = idle_limited(up_body, shared.settings.body_idle_timeout);
+        // A request with a body: its end starts the route timeout and its
+        // faults are the client's. One shared state per such request.
+        let upload = (!up_body.is_end_stream()).then(|| Arc::new(Upload::default()));
+        let up_body = match &upload {
+            Some(u) => ProxyBody::boxed(http_body_util::BodyExt::boxed(Watched::new(
+                up_body,
+                u.clone(),
+            ))),
+            None => up_body,
+        };
+        // An idempotent request without a body may meet a pooled connection the
+        // backend has just closed; it then goes once more on a new connection
+        // (as the fast path and nginx do), so it needs a copy of its head.
+        let again = (upload.is_none() && method.is_idempotent()).then(|| copy_head(&up));
+        let up = up.map(|()| up_body);
+        let guard = InFlight::start(endpoint.clone());
+        let limits = Limits {
+            route: route.timeout,
+            body_total: shared.settings.request_body_timeout,
+            body_idle: shared.settings.body_idle_timeout,
+        };
+        let exchange = async {
+            let first = client.request(up).await;
+            match (first, again) {
+                (Err(e), Some(req)) if super::client::stale_connection(&e) => {
+                    tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "pooled connection closed before an answer; sending again on a new one");
+                    match shared.client.fresh_for(protocol, upstream_tls) {
+                        Ok(fresh) => fresh.request(req.map(|()| ProxyBody::empty())).await,
+                        Err(_) => Err(e),
+                    }
+                }
+                (r, _) => r,
+            }
+        };
+        let result = match upload::wait_response(exchange, upload.as_deref(), limits).await {
+            Waited::Done(r) => Ok(r),
+            Waited::TimedOut => Err(None),
+            Waited::Client(fault) => Err(Some(fault)),
+        };
+        // The exchange's outcome, classified once. A 101 the client did not ask
+        // for cannot be forwarded: an HTTP/1 client would take the connection as
+        // switched, and HTTP/2 has no 101 at all (RFC 9113 §8.6). It is the
+        // upstream breaking the exchange.
+        let outcome = match result {
+            Err(Some(fault)) => Err(Err(fault)),
+            Err(None) => Err(Ok(UpstreamFailure::Timeout(route.timeout))),
+            Ok(Ok(r))
+                if client_upgrade.is_none() && r.status() == StatusCode::SWITCHING_PROTOCOLS =>
+            {
+                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, "101 Switching Protocols without an upgrade request");
+                Err(Ok(UpstreamFailure::Broken))
+            }
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "upstream request failed");
+                Err(Ok(if e.is_connect() {
+                    UpstreamFailure::Connect
+                } else {
+                    UpstreamFailure::Broken
+                }))
+            }
+        };
+        (outcome, endpoint, guard, start)
     };
     // Passive outlier detection: never what the client broke.
     match &outcome {
@@ -270,7 +362,7 @@ pub async fn handle(
         Err(Err(fault)) => client_fault(&shared, rt, role, fault),
         Err(Ok(failure)) => {
             let refusal = failure.refusal(rt, role, backend, &endpoint);
-            phases::record_error(&shared, rt, role, refusal.err, start);
+            phases::record_error(&shared, rt, role, refusal.err, attempt_start);
             refusal.err.response(&refusal.detail)
         }
         Ok(resp) => {
@@ -335,16 +427,16 @@ pub async fn handle(
                     ProxyBody::boxed(http_body_util::BodyExt::boxed(watched)),
                     shared.settings.body_idle_timeout,
                 )
-                .with_guard(Box::new(guard))
+                .with_guard(Box::new((guard, permit)))
             } else {
                 idle_limited(
                     ProxyBody::streamed(rbody),
                     shared.settings.body_idle_timeout,
                 )
-                .with_guard(Box::new(guard))
+                .with_guard(Box::new((guard, permit)))
             };
             if !decided_by_trailers {
-                record_answer(&shared, rt, role, status, failed, start);
+                record_answer(&shared, rt, role, status, failed, attempt_start);
             }
             Response::from_parts(rp, body)
         }
@@ -381,7 +473,12 @@ fn refuse(
         log,
         start,
     );
-    refusal.err.response(&refusal.detail)
+    let mut r = refusal.err.response(&refusal.detail);
+    if let Some(secs) = refusal.retry_after {
+        r.headers_mut()
+            .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    r
 }
 
 /// Counts and logs a request whose client went away while it was waiting
@@ -443,6 +540,10 @@ fn client_fault(
                 s.request_body_timeout.unwrap_or_default()
             ),
         ),
+        ClientFault::TooLarge => (
+            ProxyError::BodyTooLarge,
+            "the request body is larger than the route allows".to_string(),
+        ),
     };
     record_client_error(shared, rt, role, err.status().as_u16());
     let mut r = err.response(&detail);
@@ -492,6 +593,41 @@ fn admit(
         );
     }
     None
+}
+
+/// The request's declared body length (`Content-Length`), when it has one.
+fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Reads a request body whole for replay (at most `max` bytes, within the
+/// body timeouts), or the client's fault.
+async fn read_whole(
+    body: Incoming,
+    settings: &ProxySettings,
+    max: u64,
+) -> Result<bytes::Bytes, ClientFault> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(
+        idle_limited(ProxyBody::streamed(body), settings.body_idle_timeout),
+        usize::try_from(max).unwrap_or(usize::MAX),
+    );
+    let read = async {
+        limited
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| upload::fault_of(&*e))
+    };
+    match settings.request_body_timeout {
+        Some(t) => tokio::time::timeout(t, read)
+            .await
+            .unwrap_or(Err(ClientFault::TooSlow)),
+        None => read.await,
+    }
 }
 
 /// Puts the body idle timeout on a body that has anything left to send.

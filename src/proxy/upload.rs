@@ -32,6 +32,8 @@ pub enum ClientFault {
     Stalled,
     /// The body was not complete within `proxy.requestBodyTimeout`: 408.
     TooSlow,
+    /// The body grew past the route's `maxRequestBodyBytes`: 413.
+    TooLarge,
 }
 
 const STREAMING: u8 = 0;
@@ -39,6 +41,7 @@ const COMPLETE: u8 = 1;
 const MALFORMED: u8 = 2;
 const GONE: u8 = 3;
 const STALLED: u8 = 4;
+const TOO_LARGE: u8 = 5;
 
 /// What the request path and the body share.
 #[derive(Debug, Default)]
@@ -71,6 +74,7 @@ impl Upload {
             MALFORMED => Some(ClientFault::Malformed),
             GONE => Some(ClientFault::Gone),
             STALLED => Some(ClientFault::Stalled),
+            TOO_LARGE => Some(ClientFault::TooLarge),
             _ => None,
         }
     }
@@ -147,6 +151,9 @@ fn classify(err: &(dyn std::error::Error + 'static)) -> u8 {
     if limits::is_idle_timeout(err) {
         return STALLED;
     }
+    if is_too_large(err) {
+        return TOO_LARGE;
+    }
     let mut cur = Some(err);
     while let Some(e) = cur {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
@@ -165,6 +172,96 @@ fn classify(err: &(dyn std::error::Error + 'static)) -> u8 {
         cur = e.source();
     }
     GONE
+}
+
+/// The fault of a request body that failed by the client's doing (for a
+/// body read whole before it is sent, as a retry's is).
+pub fn fault_of(err: &(dyn std::error::Error + 'static)) -> ClientFault {
+    match classify(err) {
+        MALFORMED => ClientFault::Malformed,
+        STALLED => ClientFault::Stalled,
+        TOO_LARGE => ClientFault::TooLarge,
+        _ => ClientFault::Gone,
+    }
+}
+
+/// The error of a body cut at the route's `maxRequestBodyBytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyTooLarge {
+    /// The limit.
+    pub max: u64,
+}
+
+impl std::fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "request body larger than {} bytes", self.max)
+    }
+}
+
+impl std::error::Error for BodyTooLarge {}
+
+fn is_too_large(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.is::<BodyTooLarge>() || e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// A request body that fails with [`BodyTooLarge`] once more than `max`
+/// bytes came: a body without a declared length is cut there, before the
+/// byte that would exceed the limit is sent upstream.
+pub struct Capped<B> {
+    inner: B,
+    max: u64,
+    seen: u64,
+}
+
+impl<B> Capped<B> {
+    /// Wraps `inner`.
+    pub fn new(inner: B, max: u64) -> Self {
+        Capped {
+            inner,
+            max,
+            seen: 0,
+        }
+    }
+}
+
+impl<B> Body for Capped<B>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(f))) = &polled {
+            if let Some(d) = f.data_ref() {
+                this.seen = this.seen.saturating_add(d.len() as u64);
+                if this.seen > this.max {
+                    return Poll::Ready(Some(Err(Box::new(BodyTooLarge { max: this.max }))));
+                }
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// What the upstream client yields for one request.

@@ -451,7 +451,9 @@ fn no_requests_means_no_rate_and_no_percentiles() {
         summary,
         Summary {
             requests: 0,
+            attempts: 0,
             failures: 0,
+            request_success_rate: None,
             client_errors: 0,
             rps: 0.0,
             success_rate: None,
@@ -467,9 +469,8 @@ fn inconsistent_snapshots_from_the_wire_do_not_panic() {
     let snapshot = WindowSnapshot {
         requests: 5,
         failures: 9,
-        client_errors: 0,
         window_secs: 0,
-        histogram: Histogram::new(),
+        ..WindowSnapshot::default()
     };
     let summary = snapshot.summary();
     assert_eq!(summary.success_rate, Some(0.0));
@@ -685,11 +686,13 @@ fn summary_json_uses_the_contract_field_names() {
     assert_eq!(
         keys,
         [
+            "attempts",
             "clientErrors",
             "failures",
             "p50Ms",
             "p90Ms",
             "p99Ms",
+            "requestSuccessRate",
             "requests",
             "rps",
             "successRate"
@@ -747,4 +750,41 @@ fn client_errors_are_counted_apart_from_the_success_rate() {
         serde_json::from_str(r#"{"requests":1,"failures":0,"windowSecs":60,"histogram":[]}"#)
             .unwrap();
     assert_eq!(old.client_errors, 0);
+}
+
+// ---------------------------------------------------------------- attempts
+
+#[test]
+fn retried_attempts_weigh_in_the_success_rate_but_not_in_the_requests() {
+    let stats = RouteStats::new(60);
+    let now = 5_000;
+    // Ten requests: three of them failed once, then succeeded on a retry.
+    for i in 0..10 {
+        if i < 3 {
+            stats.record_retried(Role::Canary, now, true, 1_000);
+        }
+        stats.record(Role::Canary, now, false, 1_000);
+    }
+    let snap = stats.snapshot(Role::Canary, now, 60);
+    assert_eq!((snap.requests, snap.retries, snap.attempts()), (10, 3, 13));
+    assert_eq!((snap.failures, snap.retried_failures), (3, 3));
+    let s = snap.summary();
+    assert_eq!((s.requests, s.attempts, s.failures), (10, 13, 3));
+    // The analysis sees 10 of 13 attempts succeed; clients saw all succeed.
+    assert_eq!(s.success_rate, Some(1000.0 / 13.0));
+    assert_eq!(s.request_success_rate, Some(100.0));
+    assert_eq!(s.rps, 10.0 / 60.0);
+}
+
+#[test]
+fn a_snapshot_without_retries_keeps_its_old_wire_form() {
+    let stats = RouteStats::new(60);
+    stats.record(Role::Primary, 7, false, 10);
+    let json = serde_json::to_value(stats.snapshot(Role::Primary, 7, 10)).unwrap();
+    assert!(
+        json.get("retries").is_none() && json.get("retriedFailures").is_none(),
+        "{json}"
+    );
+    let back: WindowSnapshot = serde_json::from_value(json).unwrap();
+    assert_eq!(back.attempts(), 1);
 }

@@ -75,6 +75,13 @@ struct SlotHead {
     /// Requests of that second that failed by the client's doing (not in
     /// the request count nor the histogram).
     client_errors: AtomicU64,
+    /// Attempts of that second that were followed by another attempt of the
+    /// same request (a retry): counted in the histogram like any attempt,
+    /// subtracted to get the client requests. Only a retry writes it, so a
+    /// request without one costs no extra atomic.
+    retried: AtomicU64,
+    /// Of those, the ones that failed.
+    retried_failures: AtomicU64,
 }
 
 /// One role's ring of per-second slots.
@@ -96,6 +103,8 @@ impl Ring {
                     epoch: AtomicU64::new(0),
                     failures: AtomicU64::new(0),
                     client_errors: AtomicU64::new(0),
+                    retried: AtomicU64::new(0),
+                    retried_failures: AtomicU64::new(0),
                 })
                 .collect(),
             counts: zeroed_counters(slots * BUCKETS),
@@ -168,6 +177,8 @@ impl Ring {
         fence(Ordering::Release);
         head.failures.store(0, Ordering::Relaxed);
         head.client_errors.store(0, Ordering::Relaxed);
+        head.retried.store(0, Ordering::Relaxed);
+        head.retried_failures.store(0, Ordering::Relaxed);
         for counter in self.counters(slot) {
             counter.store(0, Ordering::Relaxed);
         }
@@ -190,6 +201,8 @@ impl Ring {
         }
         let failures = head.failures.load(Ordering::Relaxed);
         let client_errors = head.client_errors.load(Ordering::Relaxed);
+        let retried = head.retried.load(Ordering::Relaxed);
+        let retried_failures = head.retried_failures.load(Ordering::Relaxed);
         for (dst, counter) in scratch.iter_mut().zip(self.counters(slot)) {
             *dst = counter.load(Ordering::Relaxed);
         }
@@ -205,8 +218,15 @@ impl Ring {
                 into.histogram.add_to_bucket(index, u64::from(*count));
             }
         }
-        into.requests = into.requests.saturating_add(requests);
+        // An attempt is counted in the histogram before the retry that
+        // follows it is marked, so `retried` never exceeds the attempts.
+        let retried = retried.min(requests);
+        into.requests = into.requests.saturating_add(requests - retried);
+        into.retries = into.retries.saturating_add(retried);
         into.failures = into.failures.saturating_add(failures);
+        into.retried_failures = into
+            .retried_failures
+            .saturating_add(retried_failures.min(failures));
         into.client_errors = into.client_errors.saturating_add(client_errors);
     }
 }
@@ -294,6 +314,32 @@ impl RouteStats {
         ring.prepare(next, now_sec + 1);
     }
 
+    /// Counts one upstream attempt of `role` that is followed by another
+    /// attempt of the same request (it was retried): it weighs in the
+    /// success rate and the latency like every attempt (the analysis judges
+    /// attempts, so a retry cannot hide a failing side), but it is not a
+    /// client request; the request is counted once, by the [`record`] of
+    /// its last attempt.
+    ///
+    /// [`record`]: RouteStats::record
+    pub fn record_retried(&self, role: Role, now_sec: u64, failure: bool, latency_us: u64) {
+        self.record(role, now_sec, failure, latency_us);
+        if now_sec > LAST_RECORDABLE_SEC {
+            return;
+        }
+        let ring = &self.rings[role.index()];
+        let slot = ring.slot_of(now_sec);
+        if !ring.enter(slot, now_sec) {
+            return;
+        }
+        if let Some(head) = ring.heads.get(slot) {
+            head.retried.fetch_add(1, Ordering::Relaxed);
+            if failure {
+                head.retried_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Counts one request of `role` in second `now_sec` that failed by the
     /// client's doing (a malformed or abandoned body, a stalled upload).
     /// It is kept out of the request count, the failures and the latency
@@ -349,14 +395,28 @@ impl fmt::Debug for RouteStats {
 /// proxies. Carries the histogram rather than percentiles so that sums are
 /// exact; [`WindowSnapshot::summary`] turns it into numbers.
 ///
-/// JSON: `{"requests":..,"failures":..,"windowSecs":..,"histogram":[[index,count],..]}`.
+/// JSON: `{"requests":..,"failures":..,"windowSecs":..,"histogram":[[index,count],..]}`,
+/// plus `retries` and `retriedFailures` when a request was retried.
+///
+/// The histogram and `failures` count **attempts** (every upstream try);
+/// `requests` counts client requests. Attempts are `requests + retries`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WindowSnapshot {
-    /// Requests finished in the window (the success-rate denominator).
+    /// Client requests finished in the window (each counted once, by its
+    /// last attempt).
     pub requests: u64,
-    /// Of those, the ones the recorder called failures.
+    /// Attempts that were retried (attempts beyond a request's last); absent
+    /// from replicas without retries, and left out when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u64,
+    /// Attempts the recorder called failures (the success rate's numerator
+    /// is attempts minus these).
     pub failures: u64,
+    /// Of the failures, the attempts that were retried; `failures -
+    /// retriedFailures` is what clients saw fail.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retried_failures: u64,
     /// Requests that failed by the client's doing, not part of `requests`
     /// (absent from replicas that do not count them, and left out when 0,
     /// so the wire form of a window without any is unchanged).
@@ -390,10 +450,17 @@ impl WindowSnapshot {
     /// rather than inflating it.
     pub fn merge(&mut self, other: &WindowSnapshot) {
         self.requests = self.requests.saturating_add(other.requests);
+        self.retries = self.retries.saturating_add(other.retries);
         self.failures = self.failures.saturating_add(other.failures);
+        self.retried_failures = self.retried_failures.saturating_add(other.retried_failures);
         self.client_errors = self.client_errors.saturating_add(other.client_errors);
         self.window_secs = self.window_secs.max(other.window_secs);
         self.histogram.merge(&other.histogram);
+    }
+
+    /// Upstream attempts in the window: every client request plus its retries.
+    pub fn attempts(&self) -> u64 {
+        self.requests.saturating_add(self.retries)
     }
 
     /// The numbers the API shows and the engine checks. Percentiles are the
@@ -404,16 +471,21 @@ impl WindowSnapshot {
         } else {
             self.requests as f64 / self.window_secs as f64
         };
-        let success_rate = if self.requests == 0 {
-            None
-        } else {
-            let ok = self.requests - self.failures.min(self.requests);
-            Some(100.0 * ok as f64 / self.requests as f64)
+        let attempts = self.attempts();
+        let rate = |total: u64, failed: u64| {
+            (total > 0).then(|| 100.0 * (total - failed.min(total)) as f64 / total as f64)
         };
+        let success_rate = rate(attempts, self.failures);
+        let request_success_rate = rate(
+            self.requests,
+            self.failures.saturating_sub(self.retried_failures),
+        );
         let percentile_ms = |q: f64| self.histogram.quantile(q).map(|us| us as f64 / 1000.0);
         Summary {
             requests: self.requests,
+            attempts,
             failures: self.failures,
+            request_success_rate,
             client_errors: self.client_errors,
             rps,
             success_rate,
@@ -431,18 +503,26 @@ impl WindowSnapshot {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// Requests in the window; the engine compares it with its minimum before
-    /// trusting the rates (no traffic is not a pass).
+    /// Client requests in the window; the engine compares it with its
+    /// minimum before trusting the rates (no traffic is not a pass).
     pub requests: u64,
-    /// Failed requests in the window.
+    /// Upstream attempts in the window (requests plus their retries; equal
+    /// to `requests` without retries). Absent from older replicas.
+    #[serde(default)]
+    pub attempts: u64,
+    /// Failed attempts in the window.
     pub failures: u64,
+    /// Percent of client requests whose final answer did not fail; `None`
+    /// without requests.
+    #[serde(default)]
+    pub request_success_rate: Option<f64>,
     /// Requests the client broke (malformed or abandoned body, stalled
     /// upload), outside `requests` and the success rate.
     #[serde(default)]
     pub client_errors: u64,
     /// Requests per second over the window.
     pub rps: f64,
-    /// Percent (0..=100) of requests that did not fail; `None` without
+    /// Percent (0..=100) of attempts that did not fail; `None` without
     /// requests, because 100 % of nothing must not pass a check.
     pub success_rate: Option<f64>,
     /// Median latency in milliseconds; `None` without requests.

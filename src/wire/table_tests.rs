@@ -85,6 +85,16 @@ fn the_documented_stats_parse_and_round_trip() {
     assert_eq!(s.roles.primary.requests, 5400);
     assert_eq!(s.roles.mirror.success_rate, None);
     assert_eq!(s.snapshots.primary.requests, 5400);
+    // Requests and attempts per role (retries are attempts, not requests).
+    assert_eq!(
+        (s.roles.primary.requests, s.roles.primary.attempts),
+        (5400, 5412)
+    );
+    assert_eq!(s.roles.primary.request_success_rate, Some(99.96));
+    assert_eq!(s.snapshots.primary.attempts(), 5412);
+    assert_eq!(s.snapshots.primary.summary().attempts, 5412);
+    // A replica without retries sends no `attempts`: it reads as requests.
+    assert_eq!(s.snapshots.canary.attempts(), 600);
     let all = StatsDoc {
         window_secs: 60,
         routes: vec![s],

@@ -216,6 +216,10 @@ pub(super) fn validate_backend(
         revision_path: b.revision_path.clone(),
         protocol,
         tls,
+        circuit_breaker: b
+            .circuit_breaker
+            .as_ref()
+            .map(|c| compile_circuit_breaker(&format!("{path}.circuitBreaker"), c, errs)),
     })
 }
 

@@ -12,6 +12,7 @@ mod backends;
 mod canary;
 mod canary_types;
 mod listeners;
+mod policies;
 mod routes;
 mod types;
 
@@ -28,6 +29,11 @@ pub use canary::{
     Promotion,
 };
 use listeners::*;
+use policies::*;
+pub use policies::{
+    BudgetSettings, CircuitBreakerLimits, RateKey, RateLimitPolicy, RetryOn, RetryPolicy,
+    RoutePolicies, MAX_RETRY_ATTEMPTS,
+};
 use routes::*;
 pub use types::*;
 
@@ -180,6 +186,7 @@ fn compile_into(raw: &RawTable, errs: &mut Errors) -> Option<TableSpec> {
     }
     let mut names = BTreeSet::new();
     let mut routes = Vec::new();
+    let mut policies = BTreeMap::new();
     for (i, r) in raw.routes.iter().enumerate() {
         let path = format!("routes[{i}]");
         if !names.insert(r.name.as_str()) {
@@ -187,6 +194,10 @@ fn compile_into(raw: &RawTable, errs: &mut Errors) -> Option<TableSpec> {
                 format!("{path}.name"),
                 format!("duplicate route name {:?}", r.name),
             );
+        }
+        let p = compile_policies(&path, r, errs);
+        if !p.is_empty() {
+            policies.insert(r.name.clone(), std::sync::Arc::new(p));
         }
         if let Some(route) = compile_route(&path, r, raw, errs) {
             routes.push(route);
@@ -220,5 +231,6 @@ fn compile_into(raw: &RawTable, errs: &mut Errors) -> Option<TableSpec> {
         raw: raw.clone(),
         routing: RoutingTable::new(routes),
         backends,
+        policies,
     })
 }

@@ -117,6 +117,8 @@ pub struct BackendSpec {
     pub protocol: UpstreamProtocol,
     /// TLS to the endpoints; `None` = clear text.
     pub tls: Option<UpstreamTls>,
+    /// Limits on what is sent at once; `None`: no limit (and no cost).
+    pub circuit_breaker: Option<CircuitBreakerLimits>,
 }
 
 /// The replaceable part of the configuration, compiled.
@@ -128,6 +130,8 @@ pub struct TableSpec {
     pub routing: RoutingTable,
     /// Backends by name.
     pub backends: BTreeMap<String, BackendSpec>,
+    /// Resilience policies by route name (routes without any are absent).
+    pub policies: BTreeMap<String, std::sync::Arc<RoutePolicies>>,
 }
 
 /// The rollout engine's own settings, validated.

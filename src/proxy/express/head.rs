@@ -388,6 +388,7 @@ pub fn write_error(
     out: &mut Vec<u8>,
     err: crate::proxy::errors::ProxyError,
     detail: &str,
+    retry_after: Option<u64>,
     close: bool,
     date: &[u8],
 ) {
@@ -399,6 +400,9 @@ pub fn write_error(
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\ncontent-type: text/plain; charset=utf-8\r\n");
     push_header(out, b"x-weir-error", err.code().as_bytes());
+    if let Some(secs) = retry_after {
+        push_header(out, b"retry-after", secs.to_string().as_bytes());
+    }
     push_header(out, b"content-length", body.len().to_string().as_bytes());
     push_header(out, b"date", date);
     if close {

@@ -256,6 +256,11 @@ async fn serve_one(
     let route = &snap.spec.routing.routes[f.route];
     let rt = &snap.routes[f.route];
     let s = &shared.settings;
+    // The side's circuit breaker; a queued request waits within the route timeout.
+    let _permit = match phases::admit_backend(&f.backend, route.timeout).await {
+        Ok(p) => p,
+        Err(refusal) => return answer(client, cx, &snap, f.failed(refusal), start).await,
+    };
     let _in_flight = InFlight::start(f.endpoint.clone());
     let mut rbuf = Vec::with_capacity(8192);
     timer.as_mut().reset(deadline(
@@ -385,6 +390,7 @@ async fn answer(
         &mut out,
         a.refusal.err,
         &a.refusal.detail,
+        a.refusal.retry_after,
         close,
         &http_date(),
     );

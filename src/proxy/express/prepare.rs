@@ -74,6 +74,7 @@ pub(super) fn prepare(
                 err: ProxyError::HeadersTooLarge,
                 detail: crate::proxy::limits::head_too_large(shared.settings.max_header_bytes)
                     .into(),
+                retry_after: None,
             },
             counted: None,
             close: true,
@@ -104,7 +105,7 @@ pub(super) fn prepare(
     };
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
-    if phases::needs_general_path(route) {
+    if phases::needs_general_path(route) || phases::policies_need_general_path(rt) {
         return Prepared::Handoff;
     }
     let r = random_u64();
@@ -125,6 +126,25 @@ pub(super) fn prepare(
     let (backend, role) = choose_side(decision.side, rt);
     if phases::backend_needs_general_path(snap.spec.backends.get(&backend.name)) {
         return Prepared::Handoff;
+    }
+    // The rate limit, once nothing can hand the request off any more (the
+    // general path would take a second token).
+    if rt.guards.is_some() {
+        let now = std::time::Instant::now();
+        if let Err(refusal) = phases::rate_limit(
+            shared,
+            rt,
+            crate::routing::Headers::Raw(req.headers),
+            cx.peer.ip(),
+            now,
+        ) {
+            return Prepared::Answer(Answer {
+                refusal,
+                counted: None,
+                close: fast.close,
+                log,
+            });
+        }
     }
     let endpoint = match pick_endpoint(backend, r) {
         Ok(ep) => ep,

@@ -380,6 +380,7 @@ fn errors_are_the_general_paths() {
         &mut out,
         ProxyError::NoRoute,
         "no route for this host and path",
+        None,
         false,
         b"Sun, 29 Nov 2026 22:00:00 GMT",
     );

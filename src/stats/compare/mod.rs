@@ -304,11 +304,13 @@ pub fn judge(
         &histogram_groups(&primary.histogram),
         params,
     );
+    // Failures and the latency histogram count attempts (a retried request is one per
+    // attempt), so the error rate is over attempts too: retries never hide a canary.
     let errors = judge_errors(
         canary.failures,
-        canary.requests,
+        canary.attempts(),
         primary.failures,
-        primary.requests,
+        primary.attempts(),
         params,
     );
     let quantities = vec![latency, errors];

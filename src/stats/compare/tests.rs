@@ -158,7 +158,9 @@ fn window(latencies_us: &[u64], failures: u64) -> WindowSnapshot {
     }
     WindowSnapshot {
         requests: latencies_us.len() as u64,
+        retries: 0,
         failures,
+        retried_failures: 0,
         client_errors: 0,
         window_secs: 10,
         histogram,
