@@ -30,10 +30,9 @@ pub use validate::{
     UpstreamTls,
 };
 pub use validate::{
-    AlertProvider, AlertRule, ProviderKind, Secret, Severity, DEFAULT_ALERT_RETRIES,
-    DEFAULT_ALERT_TIMEOUT,
-    BudgetSettings, CircuitBreakerLimits, RateKey, RateLimitPolicy, RetryOn, RetryPolicy,
-    RoutePolicies, MAX_RETRY_ATTEMPTS,
+    AlertProvider, AlertRule, BudgetSettings, CircuitBreakerLimits, ProviderKind, RateKey,
+    RateLimitPolicy, RetryOn, RetryPolicy, RoutePolicies, Secret, Severity, DEFAULT_ALERT_RETRIES,
+    DEFAULT_ALERT_TIMEOUT, MAX_RETRY_ATTEMPTS,
 };
 
 use std::fmt;
