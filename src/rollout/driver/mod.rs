@@ -521,7 +521,13 @@ pub fn start_for_app(
     bus: Arc<crate::control::events::EventBus>,
     ownership: Option<Arc<dyn Ownership>>,
 ) -> Result<Engine, String> {
-    let exporter = Arc::new(RolloutMetrics::new(cfg.admin.flagger_metrics));
+    let exporter = Arc::new(
+        RolloutMetrics::new(cfg.admin.flagger_metrics).with_canary_routes(
+            cfg.canaries
+                .iter()
+                .map(|c| (c.route.clone(), c.name.clone())),
+        ),
+    );
     store.metrics().add_section(exporter.clone());
     let alerter = Alerter::start(cfg, &HttpClient::new(), Clock::system())?;
     if let Some(a) = &alerter {

@@ -29,6 +29,7 @@ use super::machine::{CanaryState, Phase};
 use super::spec::{Strategy, TOTAL_WEIGHT};
 use crate::dataplane::metrics::ScrapeSection;
 
+pub mod mesh;
 mod text;
 
 pub use text::render;
@@ -231,6 +232,9 @@ pub struct RolloutMetrics {
     /// Version reported in `flagger_info`.
     version: &'static str,
     state: Mutex<Observed>,
+    /// Route → canary of every canary in the config (driven here or not: each replica
+    /// exports its own traffic), for the Istio-named request series.
+    mesh_routes: BTreeMap<String, String>,
 }
 
 impl RolloutMetrics {
@@ -240,7 +244,18 @@ impl RolloutMetrics {
             flagger,
             version: env!("CARGO_PKG_VERSION"),
             state: Mutex::new(Observed::default()),
+            mesh_routes: BTreeMap::new(),
         }
+    }
+
+    /// With Flagger's names on, also exports the request series of these canaries'
+    /// routes (`(route, canary)`) under Istio's names ([`mesh`]).
+    pub fn with_canary_routes(
+        mut self,
+        routes: impl IntoIterator<Item = (String, String)>,
+    ) -> Self {
+        self.mesh_routes = routes.into_iter().collect();
+        self
     }
 
     /// The state `st` of `def` as now shown; `driven` false removes its gauges (this
@@ -271,6 +286,12 @@ impl RolloutMetrics {
 
 impl ScrapeSection for RolloutMetrics {
     fn render(&self, out: &mut String) {
+        if self.flagger {
+            // Read from the request series already in the scrape, before ours are added.
+            let mut mesh_text = String::new();
+            mesh::render(&self.mesh_routes, out, &mut mesh_text);
+            out.push_str(&mesh_text);
+        }
         let s = self.lock();
         render(&s, self.flagger.then_some(self.version), out);
     }
