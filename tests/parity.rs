@@ -332,6 +332,7 @@ fn config(b: &Backends, fast: bool) -> String {
     routes += "  - { name: reset, hosts: [reset.test], primary: hang }\n";
     routes += "  - { name: once, hosts: [once.test], primary: once }\n";
     routes += "  - { name: retried, hosts: [retried.test], primary: pair, retries: { attempts: 1, on: [connect-failure], backoff: { base: 1ms, max: 1ms } } }\n";
+    routes += "  - { name: retried-5xx, hosts: [retried-5xx.test], primary: blue, retries: { attempts: 2, on: [gateway-error], backoff: { base: 1ms, max: 1ms } } }\n";
     routes += "  - { name: limited, hosts: [limited.test], primary: blue, rateLimit: { requestsPerSecond: 0.001, burst: 1 } }\n";
     routes += "  - { name: capped, hosts: [capped.test], primary: blue, maxRequestBodyBytes: 4 }\n";
     routes += "  - { name: guarded, hosts: [guarded.test], primary: guarded }\n";
@@ -637,6 +638,14 @@ fn cases() -> Vec<Case> {
             steps: vec![
                 Step::Req(get("retried.test", "/", "X-Weir-Attempt: 9\r\n"), false),
                 Step::Req(get("retried.test", "/", ""), false),
+            ],
+            known: None,
+        },
+        Case {
+            name: "retries: a 503 sent again to the only endpoint until attempts run out; a 200 once",
+            steps: vec![
+                Step::Req(get("retried-5xx.test", "/fail", ""), false),
+                Step::Req(get("retried-5xx.test", "/", ""), false),
             ],
             known: None,
         },

@@ -20,9 +20,11 @@
 //!
 //! The resilience policies (DESIGN §11, `resilience`): [`rate_limit`] and
 //! [`body_too_large`] at admission, [`admit_backend`] (circuit breaker)
-//! after the side is chosen, and per attempt [`retry_policy`],
-//! [`pick_retry_endpoint`] and [`record_retried`], which counts a retried
-//! attempt in its side's stats so the analysis judges attempts.
+//! after the side is chosen, and on a route with retries the attempt loop
+//! of [`attempts`] (both transports give it only the sending of one
+//! attempt), with [`retry_policy`], [`pick_retry_endpoint`] and
+//! [`record_retried`], which counts a retried attempt in its side's stats
+//! so the analysis judges attempts.
 
 use super::errors::ProxyError;
 use super::service::ProxyShared;
@@ -372,10 +374,11 @@ pub fn account_refusal(
     }
 }
 
+pub mod attempts;
 mod resilience;
 pub use resilience::{
-    admit_backend, body_too_large, now_ms, pick_retry_endpoint, policies_need_general_path,
-    rate_limit, record_retried, retry_policy, ATTEMPT_HEADER,
+    admit_backend, body_too_large, now_ms, pick_retry_endpoint, rate_limit, record_retried,
+    retry_policy, ATTEMPT_HEADER,
 };
 
 #[cfg(test)]

@@ -221,7 +221,7 @@ pub async fn handle(
     // streamed body, an upgrade or a mirrored request is sent once.
     let retry = phases::retry_policy(rt).filter(|_| !upgrading && !decision.mirror);
     if let Some((g, _)) = retry {
-        g.with_budget(|b| b.deposit(phases::now_ms(&shared, start)));
+        phases::attempts::deposit(&shared, g, start);
     }
     let replayable = retry
         .filter(|(_, p)| body.is_end_stream() || body_len.is_some_and(|n| n <= p.max_body_bytes));

@@ -412,6 +412,43 @@ pub fn write_error(
     out.extend_from_slice(body.as_bytes());
 }
 
+/// The status of a whole response head (`HTTP/1.x NNN ...`), `None` when
+/// its status line is not one.
+pub fn response_status(head: &[u8]) -> Option<u16> {
+    match head {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', a, b, c, b' ' | b'\r', ..]
+            if [a, b, c].iter().all(|d| d.is_ascii_digit()) =>
+        {
+            Some(u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0'))
+        }
+        _ => None,
+    }
+}
+
+/// The upstream head of attempt `n` (2 for the first retry): `head` with
+/// any `x-weir-attempt` field the client sent dropped and weir's own added
+/// before the empty line, as the hyper path's `insert` does.
+pub fn with_attempt(head: &[u8], n: u32) -> Vec<u8> {
+    let body = head.strip_suffix(b"\r\n\r\n").unwrap_or(head);
+    let mut out = Vec::with_capacity(head.len() + 24);
+    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
+        let name = line.split(|b| *b == b':').next().unwrap_or(line);
+        if i > 0 && name.eq_ignore_ascii_case(crate::proxy::phases::ATTEMPT_HEADER.as_bytes()) {
+            continue;
+        }
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    // The last line had no `\n` of its own (the suffix took its CRLF).
+    out.pop();
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(crate::proxy::phases::ATTEMPT_HEADER.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+    out
+}
+
 /// Where a head ends in `buf` (just past its empty line), if it is all
 /// there. Accepts bare LF line ends as `httparse` does; leading empty lines
 /// are left to the parser.

@@ -35,13 +35,20 @@ mod upstream;
 #[cfg(test)]
 mod tests;
 
+use super::phases::attempts::{Attempts, Tried};
 use super::phases::{self, feed_outlier, record_answer, UpstreamFailure};
 use super::service::ProxyShared;
-use super::upstream::InFlight;
+use super::upstream::{Endpoint, InFlight};
+use crate::config::RetryPolicy;
+use crate::dataplane::resilience::retry::{AttemptOutcome, BodyReplay};
+use crate::dataplane::resilience::RouteGuards;
+use crate::dataplane::store::RouteRuntime;
 use body::forward_body;
 use pool::IdlePool;
+use prepare::Forward;
 use prepare::{prepare, Answer, Prepared};
 use rewind::Rewind;
+use std::borrow::Cow;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -261,27 +268,34 @@ async fn serve_one(
         Ok(p) => p,
         Err(refusal) => return answer(client, cx, &snap, f.failed(refusal), start).await,
     };
-    let _in_flight = InFlight::start(f.endpoint.clone());
-    let mut rbuf = Vec::with_capacity(8192);
-    timer.as_mut().reset(deadline(
-        tokio::time::Instant::from_std(start),
-        route.timeout,
-    ));
-    let exchanged = tokio::select! {
-        biased;
-        r = exchange(&f.endpoint, &f.upstream_head, &mut rbuf, f.idempotent, s) => Ok(r),
-        () = timer.as_mut() => Err(()),
-    };
-    let exchanged = match exchanged {
-        Ok(Ok(x)) => Ok(x),
-        Err(_) => Err(UpstreamFailure::Timeout(route.timeout)),
-        Ok(Err(UpErr::Connect(e))) => {
-            tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, error = %e, "connect failed");
-            Err(UpstreamFailure::Connect)
+    let mut rbuf = Vec::new();
+    let (exchanged, _in_flight, attempt_start) = match phases::retry_policy(rt) {
+        None => {
+            rbuf.reserve(8192);
+            let in_flight = InFlight::start(f.endpoint.clone());
+            timer.as_mut().reset(deadline(
+                tokio::time::Instant::from_std(start),
+                route.timeout,
+            ));
+            let exchanged = tokio::select! {
+                biased;
+                r = exchange(&f.endpoint, &f.upstream_head, &mut rbuf, f.idempotent, s) => Ok(r),
+                () = timer.as_mut() => Err(()),
+            };
+            let exchanged = match exchanged {
+                Ok(r) => r.map_err(|e| classify(&f.endpoint, e).0),
+                Err(()) => Err(UpstreamFailure::Timeout(route.timeout)),
+            };
+            (exchanged, in_flight, start)
         }
-        Ok(Err(UpErr::Broken(why))) => {
-            tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, why, "upstream exchange failed");
-            Err(UpstreamFailure::Broken)
+        Some((guards, policy)) => {
+            let tried = retried(&f, rt, guards, policy, route.timeout, cx, start).await;
+            f.endpoint = tried.endpoint;
+            let exchanged = tried.outcome.map(|(up, buf, end)| {
+                rbuf = buf;
+                (up, end)
+            });
+            (exchanged, tried.guard, tried.started)
         }
     };
     let (mut upstream, end) = match exchanged {
@@ -289,7 +303,7 @@ async fn serve_one(
         Err(failure) => {
             feed_outlier(&f.backend, &f.endpoint, None);
             let refusal = failure.refusal(rt, f.role, &f.backend, &f.endpoint);
-            return answer(client, cx, &snap, f.failed(refusal), start).await;
+            return answer(client, cx, &snap, f.failed(refusal), attempt_start).await;
         }
     };
 
@@ -322,12 +336,19 @@ async fn serve_one(
                 tracing::debug!(target: "weir::upstream", endpoint = %f.endpoint.address, why, "unusable response");
                 feed_outlier(&f.backend, &f.endpoint, None);
                 let refusal = UpstreamFailure::Broken.refusal(rt, f.role, &f.backend, &f.endpoint);
-                return answer(client, cx, &snap, f.failed(refusal), start).await;
+                return answer(client, cx, &snap, f.failed(refusal), attempt_start).await;
             }
         }
     };
     feed_outlier(&f.backend, &f.endpoint, Some(plan.status));
-    record_answer(shared, rt, f.role, plan.status, plan.status >= 500, start);
+    record_answer(
+        shared,
+        rt,
+        f.role,
+        plan.status,
+        plan.status >= 500,
+        attempt_start,
+    );
     if let Some(l) = &f.log {
         l.log(shared, peer, Some(&route.name), plan.status, start);
     }
@@ -363,6 +384,69 @@ async fn serve_one(
             Next::Close
         }
     }
+}
+
+/// How a failed exchange counts: the failure's answer, and its outcome for
+/// the retry decision.
+fn classify(ep: &Endpoint, e: UpErr) -> (UpstreamFailure, AttemptOutcome) {
+    match e {
+        UpErr::Connect(e) => {
+            tracing::debug!(target: "weir::upstream", endpoint = %ep.address, error = %e, "connect failed");
+            (UpstreamFailure::Connect, AttemptOutcome::ConnectFailure)
+        }
+        UpErr::Broken(why) => {
+            tracing::debug!(target: "weir::upstream", endpoint = %ep.address, why, "upstream exchange failed");
+            (UpstreamFailure::Broken, AttemptOutcome::Reset)
+        }
+    }
+}
+
+/// The attempts of a request on a route with `retries`, through the shared
+/// loop (`phases::attempts`): each one is the prepared head (with
+/// `x-weir-attempt: N` from the second on) exchanged with its endpoint.
+/// The fast path serves bodiless requests only, so every one is replayable.
+async fn retried(
+    f: &Forward,
+    rt: &RouteRuntime,
+    guards: &RouteGuards,
+    policy: &RetryPolicy,
+    route_timeout: Duration,
+    cx: &Client<'_>,
+    start: Instant,
+) -> Tried<(TcpStream, Vec<u8>, usize)> {
+    let shared = cx.shared;
+    phases::attempts::deposit(shared, guards, start);
+    let x = Attempts {
+        shared,
+        rt,
+        role: f.role,
+        backend: &f.backend,
+        guards,
+        policy,
+        method: &f.method,
+        replay: BodyReplay::Empty,
+        route_timeout,
+    };
+    let s = &shared.settings;
+    phases::attempts::run(x, f.endpoint.clone(), |ep, n| {
+        let head = if n > 1 {
+            Cow::Owned(head::with_attempt(&f.upstream_head, n))
+        } else {
+            Cow::Borrowed(f.upstream_head.as_slice())
+        };
+        async move {
+            let mut rbuf = Vec::with_capacity(8192);
+            match exchange(&ep, &head, &mut rbuf, f.idempotent, s).await {
+                Ok((up, end)) => match head::response_status(&rbuf[..end]) {
+                    // As the hyper path: a 101 nobody asked for breaks the exchange.
+                    Some(101) | None => Err((UpstreamFailure::Broken, AttemptOutcome::Reset)),
+                    Some(status) => Ok(((up, rbuf, end), status)),
+                },
+                Err(e) => Err(classify(&ep, e)),
+            }
+        }
+    })
+    .await
 }
 
 /// Sends a weir-made answer, counting it against its side when it has one.

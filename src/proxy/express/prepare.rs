@@ -28,6 +28,8 @@ pub(super) struct Forward {
     pub(super) endpoint: Arc<Endpoint>,
     /// The affinity `Set-Cookie` values the decision asked for.
     pub(super) set_cookies: Vec<http::HeaderValue>,
+    /// The method (which methods a retry policy resends).
+    pub(super) method: http::Method,
     /// A HEAD request: the response has no body whatever its headers say.
     pub(super) head_request: bool,
     /// May be sent again on a new connection when a pooled one was closed.
@@ -105,7 +107,7 @@ pub(super) fn prepare(
     };
     let route = &snap.spec.routing.routes[idx];
     let rt = &snap.routes[idx];
-    if phases::needs_general_path(route) || phases::policies_need_general_path(rt) {
+    if phases::needs_general_path(route) {
         return Prepared::Handoff;
     }
     let r = random_u64();
@@ -173,6 +175,7 @@ pub(super) fn prepare(
         endpoint,
         set_cookies,
         head_request: fast.method == http::Method::HEAD,
+        method: fast.method.clone(),
         idempotent: fast.idempotent(),
         close: fast.close,
         log,

@@ -407,3 +407,34 @@ fn an_unbounded_timeout_is_a_far_deadline_not_a_panic() {
     let d = std::time::Duration::from_secs(5);
     assert_eq!(super::deadline(now, d), now + d);
 }
+
+#[test]
+fn a_retried_head_carries_its_attempt_number_and_never_the_clients() {
+    let head = b"GET /a HTTP/1.1\r\nhost: x\r\nX-Weir-Attempt: 9\r\naccept: */*\r\n\r\n";
+    let out = head::with_attempt(head, 2);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "GET /a HTTP/1.1\r\nhost: x\r\naccept: */*\r\nx-weir-attempt: 2\r\n\r\n"
+    );
+    let out = head::with_attempt(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n", 10);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "GET / HTTP/1.1\r\nhost: x\r\nx-weir-attempt: 10\r\n\r\n"
+    );
+}
+
+#[test]
+fn the_status_of_a_response_head_is_read_from_its_status_line() {
+    assert_eq!(
+        head::response_status(b"HTTP/1.1 503 Busy\r\n\r\n"),
+        Some(503)
+    );
+    assert_eq!(head::response_status(b"HTTP/1.0 200\r\n\r\n"), Some(200));
+    assert_eq!(
+        head::response_status(b"HTTP/1.1 101 Switching\r\n"),
+        Some(101)
+    );
+    assert_eq!(head::response_status(b"HTTP/1.1 20x OK\r\n"), None);
+    assert_eq!(head::response_status(b"HTTP/2 200\r\n"), None);
+    assert_eq!(head::response_status(b"HTTP/1.1 200"), None);
+}

@@ -89,15 +89,6 @@ pub fn retry_policy(rt: &RouteRuntime) -> Option<(&Arc<RouteGuards>, &RetryPolic
     Some((g, g.policies.retries.as_ref()?))
 }
 
-/// Whether the route's policies need the general path: retries (which
-/// replay a request on another endpoint) are served by it only.
-#[inline]
-pub fn policies_need_general_path(rt: &RouteRuntime) -> bool {
-    rt.guards
-        .as_ref()
-        .is_some_and(|g| g.policies.retries.is_some())
-}
-
 /// The circuit breaker of the chosen backend: a permit held until the
 /// response ends, the 503 overflow, or a 504 when the request waited in
 /// its queue for `within` (the route timeout). `None` without a breaker,

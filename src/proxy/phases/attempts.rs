@@ -1,0 +1,158 @@
+//! The attempts of one request on a route with `retries` (DESIGN §11), for
+//! both transports: the transport gives one function that sends a single
+//! attempt to an endpoint (its bytes or its hyper request), and this loop
+//! decides everything else the same way for both.
+//!
+//! Each attempt goes to another endpoint of the same backend when there is
+//! one (never to the other side), carries `x-weir-attempt: N` from the
+//! second on (the transport writes it), and is bounded by `perTryTimeout`
+//! within what is left of the route timeout, the overall deadline. An
+//! attempt that is retried is counted here (stats, metrics, outlier
+//! feedback, `weir_retries_total`); the last one is returned for the
+//! transport to answer and record as any other.
+
+use super::{feed_outlier, now_ms, pick_retry_endpoint, random_u64, record_retried};
+use super::{ProxyShared, UpstreamFailure};
+use crate::config::RetryPolicy;
+use crate::dataplane::resilience::retry::{self, AttemptOutcome, BodyReplay, RetryDecision};
+use crate::dataplane::resilience::RouteGuards;
+use crate::dataplane::store::RouteRuntime;
+use crate::proxy::upstream::{Backend, Endpoint, InFlight};
+use crate::stats::Role;
+use http::Method;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What stays the same over the attempts of one request.
+pub struct Attempts<'a> {
+    /// The proxy's shared state (clock, settings).
+    pub shared: &'a ProxyShared,
+    /// The route's runtime (stats, metrics).
+    pub rt: &'a RouteRuntime,
+    /// The side every attempt counts for.
+    pub role: Role,
+    /// The side's backend: every attempt goes to one of its endpoints.
+    pub backend: &'a Backend,
+    /// The route's retry state (budget, counters).
+    pub guards: &'a RouteGuards,
+    /// The route's retry policy.
+    pub policy: &'a RetryPolicy,
+    /// The request's method (only the policy's `methods` are retried).
+    pub method: &'a Method,
+    /// Whether the body can be sent again.
+    pub replay: BodyReplay,
+    /// The route timeout: the deadline of all attempts together.
+    pub route_timeout: Duration,
+}
+
+/// One attempt's result as the transport sees it: the answer with its
+/// status, or why there is none and how that counts for a retry.
+pub type Sent<A> = Result<(A, u16), (UpstreamFailure, AttemptOutcome)>;
+
+/// The last attempt of a request.
+pub struct Tried<A> {
+    /// Its answer, or why there is none.
+    pub outcome: Result<A, UpstreamFailure>,
+    /// The endpoint it went to.
+    pub endpoint: Arc<Endpoint>,
+    /// Its in-flight count (held until the response body ends).
+    pub guard: InFlight,
+    /// When it started: the latency the stats record is the attempt's.
+    pub started: Instant,
+}
+
+/// Counts a request of a route with retries into its retry budget (every
+/// request counts, retried or not, as Envoy's and Linkerd's budgets do).
+#[inline]
+pub fn deposit(shared: &ProxyShared, guards: &RouteGuards, now: Instant) {
+    guards.with_budget(|b| b.deposit(now_ms(shared, now)));
+}
+
+/// Sends attempts through `send(endpoint, n)` (n = 1 for the first) until
+/// one is not retried, and returns that one.
+pub async fn run<A, F, Fut>(x: Attempts<'_>, first: Arc<Endpoint>, mut send: F) -> Tried<A>
+where
+    F: FnMut(Arc<Endpoint>, u32) -> Fut,
+    Fut: Future<Output = Sent<A>>,
+{
+    let deadline = tokio::time::Instant::now() + x.route_timeout;
+    let mut endpoint = first;
+    let mut n = 1u32;
+    loop {
+        let started = Instant::now();
+        let guard = InFlight::start(endpoint.clone());
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let per_try = x
+            .policy
+            .per_try_timeout
+            .map_or(remaining, |p| p.min(remaining));
+        let (outcome, kind) = match tokio::time::timeout(per_try, send(endpoint.clone(), n)).await {
+            Err(_) if per_try < remaining => (
+                Err(UpstreamFailure::Timeout(per_try)),
+                AttemptOutcome::PerTryTimeout,
+            ),
+            // The overall deadline: nothing more can be tried.
+            Err(_) => {
+                return Tried {
+                    outcome: Err(UpstreamFailure::Timeout(x.route_timeout)),
+                    endpoint,
+                    guard,
+                    started,
+                }
+            }
+            Ok(Ok((a, status))) => (Ok((a, status)), AttemptOutcome::Answered(status)),
+            Ok(Err((failure, kind))) => {
+                tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, attempt = n, ?kind, "upstream attempt failed");
+                (Err(failure), kind)
+            }
+        };
+        let done = |outcome: Result<(A, u16), UpstreamFailure>, endpoint, guard| Tried {
+            outcome: outcome.map(|(a, _)| a),
+            endpoint,
+            guard,
+            started,
+        };
+        let now = Instant::now();
+        let decision = x.guards.with_budget(|b| {
+            retry::decide(
+                x.policy,
+                n,
+                kind,
+                x.method,
+                x.replay,
+                b,
+                now_ms(x.shared, now),
+            )
+        });
+        let reason = match decision {
+            RetryDecision::Retry(reason) => reason,
+            other => {
+                if n > 1 || other != RetryDecision::NotRetriable {
+                    tracing::debug!(target: "weir::upstream", attempt = n, verdict = ?other, "not retried");
+                }
+                return done(outcome, endpoint, guard);
+            }
+        };
+        let wait = retry::backoff(x.policy, n, random_u64());
+        if tokio::time::Instant::now() + wait >= deadline {
+            return done(outcome, endpoint, guard);
+        }
+        let answer = outcome.as_ref().map(|(_, s)| *s).map_err(|f| *f);
+        feed_outlier(x.backend, &endpoint, answer.ok());
+        record_retried(
+            x.shared, x.rt, x.role, answer, started, x.backend, &endpoint,
+        );
+        x.guards.count_retry(x.role, reason);
+        drop(outcome);
+        drop(guard);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        // No ready endpoint now: the same one again rather than none.
+        if let Ok(next) = pick_retry_endpoint(x.backend, random_u64(), &endpoint) {
+            endpoint = next;
+        }
+        n += 1;
+    }
+}
