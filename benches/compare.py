@@ -17,6 +17,8 @@ backends and the SUT fresh, measures, stops them):
   nginx     proxy_pass + upstream keepalive, 90/10 split_clients, header and
             cookie matches via map (benches/nginx.conf.tmpl)
   weir-off  one route, one backend
+  weir-retry  weir-off with a retry policy (attempts, per-try timeout,
+            backoff, budget) that never fires: the backend never fails
   weir-on   split 90/10 + A/B match (header exact, cookie regex) + session
             affinity + stats recording (always on)
 
@@ -61,7 +63,7 @@ PORTS = {
     "weir_tls": 18444,
     "admin": 19901,
 }
-TARGETS = ["direct", "nginx", "weir-off", "weir-on"]
+TARGETS = ["direct", "nginx", "weir-off", "weir-on", "weir-retry"]
 SUT_CPU = "1"
 # Where compare.sh pins this driver, and with it wrk, the latency tool and the backends.
 LOAD_CPU = "0"
@@ -430,6 +432,17 @@ routes:
     primary: blue
 """
 
+# WEIR_OFF plus a retry policy: with a healthy backend no retry is ever
+# sent, so this measures what the policy itself costs per request.
+WEIR_RETRY = WEIR_OFF + """\
+    retries:
+      attempts: 2
+      on: [connect-failure, reset, gateway-error]
+      perTryTimeout: 2s
+      backoff: {{ base: 25ms, max: 250ms }}
+      budget: {{ percent: 20, minRetriesPerSecond: 3 }}
+"""
+
 WEIR_ON = """\
 listeners:
   - name: http
@@ -519,7 +532,8 @@ class Bench:
                             self.work / f"nginx-{tag}.log", cpu=SUT_CPU)
             wait_port(PORTS["nginx_h1"], p)
             return p, PORTS["nginx_h1"], PORTS["nginx_h2"]
-        cfg = self.write_weir(target, WEIR_ON if target == "weir-on" else WEIR_OFF, self.tls_listener())
+        template = {"weir-on": WEIR_ON, "weir-retry": WEIR_RETRY}.get(target, WEIR_OFF)
+        cfg = self.write_weir(target, template, self.tls_listener())
         p = PROCS.spawn([self.weir, "serve", "-c", str(cfg), "--workers", "1"],
                         self.work / f"{target}-{tag}.log", cpu=SUT_CPU)
         wait_port(PORTS["weir"], p)
@@ -725,7 +739,7 @@ def summarise(runs: list[dict]) -> dict:
         return med(xs)
 
     pairs = [("weir-on", "nginx"), ("weir-off", "nginx"), ("weir-on", "direct"), ("weir-off", "direct"),
-             ("nginx", "direct"), ("weir-on", "weir-off")]
+             ("nginx", "direct"), ("weir-on", "weir-off"), ("weir-retry", "weir-off")]
     ratios = {f"{a}/{b}": {m[0]: paired(a, b, m[3]) for m in METRICS if m[0] not in SHARES}
               for a, b in pairs}
     nginx_by_rep = {r["rep"]: r for r in by["nginx"]}
@@ -784,6 +798,9 @@ def targets_check(summary: dict, crit: dict) -> list[tuple[str, str, str, str]]:
     x = r["weir-on/weir-off"]["cpu_us_per_req"]
     rows.append(("CPU µs/req features-on ÷ features-off", f"≤ {TARGET_ON_VS_OFF_CPU}", fmt_ratio(x),
                  status(None if x["median"] is None else x["median"] <= TARGET_ON_VS_OFF_CPU)))
+    x = r["weir-retry/weir-off"]["cpu_us_per_req"]
+    rows.append(("CPU µs/req with a retry policy that never fires ÷ without", f"≤ {TARGET_ON_VS_OFF_CPU}",
+                 fmt_ratio(x), status(None if x["median"] is None else x["median"] <= TARGET_ON_VS_OFF_CPU)))
     d = crit.get("route_decide/match_affinity/100")
     rows.append(("decide() + lookup, 100 routes, regex matchers + affinity", f"≤ {TARGET_DECIDE_NS:.0f} ns",
                  "n/a (criterion not run)" if d is None else f"{d:.0f} ns",
@@ -827,7 +844,8 @@ def markdown(meta: dict, summary: dict, crit: dict, runs: list[dict]) -> str:
     L.append("## Ratios\n")
     cols = [("weir-on/nginx", "weir-on ÷ nginx"), ("weir-off/nginx", "weir-off ÷ nginx"),
             ("weir-on/direct", "weir-on ÷ direct"), ("weir-off/direct", "weir-off ÷ direct"),
-            ("nginx/direct", "nginx ÷ direct"), ("weir-on/weir-off", "on ÷ off")]
+            ("nginx/direct", "nginx ÷ direct"), ("weir-on/weir-off", "on ÷ off"),
+            ("weir-retry/weir-off", "retry ÷ off")]
     L.append("| metric | " + " | ".join(c[1] for c in cols) + " |")
     L.append("|---|" + "---|" * len(cols))
     for key, label, unit, _, better in METRICS:
@@ -892,7 +910,8 @@ def svg_chart(summary: dict, meta: dict) -> str:
     metrics = [("cpu_us_per_req", "CPU µs/req", False), ("throughput", "throughput", True),
                ("p99", "p99 @ rate", False), ("h2_cpu", "h2 CPU µs/req", False),
                ("idle_bytes", "idle B/conn", False), ("peak_rss", "peak RSS", False)]
-    series = [("direct", "#9e9e9e"), ("nginx", "#2e7d32"), ("weir-off", "#64b5f6"), ("weir-on", "#1565c0")]
+    series = [("direct", "#9e9e9e"), ("nginx", "#2e7d32"), ("weir-off", "#64b5f6"), ("weir-on", "#1565c0"),
+              ("weir-retry", "#8e24aa")]
     W, H = 960, 440
     left, right, top, bottom = 60, 20, 75, 70
     pw, ph = W - left - right, H - top - bottom
@@ -1025,6 +1044,7 @@ def main() -> int:
         b = Bench(args, d)
         b.write_weir("weir-on", WEIR_ON, "")
         b.write_weir("weir-off", WEIR_OFF, "")
+        b.write_weir("weir-retry", WEIR_RETRY, "")
         b.write_nginx(d / "nginx")
         return 0
     chosen = [t for t in args.targets.split(",") if t]
