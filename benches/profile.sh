@@ -2,8 +2,8 @@
 # Where one system under test's CPU per request goes, with the same configs
 # and headers as compare.sh; the SUT on core 1, load and backends on core 0.
 #
-#   benches/profile.sh [weir-on|weir-off|nginx] [REQUESTS]         (default weir-on 20000)
-#   benches/profile.sh --cpu [weir-on|weir-off|nginx] [REQUESTS]   (default 100000)
+#   benches/profile.sh [weir-on|weir-off|weir-retry|nginx] [REQUESTS]   (default weir-on 20000)
+#   benches/profile.sh --cpu [weir-on|weir-off|weir-retry|nginx] [REQUESTS]   (default 100000)
 #
 # Default: user-space instructions per request counted by valgrind's callgrind
 # (exact and repeatable on a noisy machine, unlike wall-clock profiles); prints
@@ -22,14 +22,20 @@ mode=callgrind
 if [ "${1:-}" = "--cpu" ]; then mode=cpu; shift; fi
 target="${1:-weir-on}"
 if [ "$mode" = cpu ]; then n="${2:-100000}"; else n="${2:-20000}"; fi
-case "$target" in weir-on|weir-off|nginx) ;; *) echo "unknown target $target" >&2; exit 2 ;; esac
+case "$target" in weir-on|weir-off|weir-retry|nginx) ;; *) echo "unknown target $target" >&2; exit 2 ;; esac
 
 if [ "$mode" = cpu ]; then tools=(strace h2load curl taskset); else tools=(valgrind h2load curl taskset); fi
 for t in "${tools[@]}"; do
     command -v "$t" >/dev/null || { echo "$t missing (apt-get install $t; h2load is in nghttp2-client, taskset in util-linux)" >&2; exit 1; }
 done
-cargo build --profile profiling --bin weir
-weir="$PWD/target/profiling/weir"
+# WEIR_BIN: measure that binary instead (e.g. target/release/weir, stripped:
+# the total per request is the same count, the function table stays empty).
+if [ -n "${WEIR_BIN:-}" ]; then
+    weir="$(cd "$(dirname "$WEIR_BIN")" && pwd)/$(basename "$WEIR_BIN")"
+else
+    cargo build --profile profiling --bin weir
+    weir="$PWD/target/profiling/weir"
+fi
 dir="$(mktemp -d /tmp/weir-profile-XXXXXX)"
 python3 benches/compare.py --write-configs "$dir"
 

@@ -265,7 +265,9 @@ pub async fn handle(
                     body: kept,
                     route_timeout: route.timeout,
                 };
-                let a = retry::run(x, up, endpoint).await;
+                // The route timeout counts from here, once a kept body is read (as
+                // it counts from a body's end without retries).
+                let a = retry::run(x, up, endpoint, Instant::now()).await;
                 (a.outcome.map_err(Ok), a.endpoint, a.guard, a.started)
             }
         }

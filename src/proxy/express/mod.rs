@@ -289,7 +289,7 @@ async fn serve_one(
             (exchanged, in_flight, start)
         }
         Some((guards, policy)) => {
-            let tried = retried(&f, rt, guards, policy, route.timeout, cx, start).await;
+            let tried = retried(&f, rt, guards, policy, route.timeout, cx, start, timer).await;
             f.endpoint = tried.endpoint;
             let exchanged = tried.outcome.map(|(up, buf, end)| {
                 rbuf = buf;
@@ -405,6 +405,8 @@ fn classify(ep: &Endpoint, e: UpErr) -> (UpstreamFailure, AttemptOutcome) {
 /// loop (`phases::attempts`): each one is the prepared head (with
 /// `x-weir-attempt: N` from the second on) exchanged with its endpoint.
 /// The fast path serves bodiless requests only, so every one is replayable.
+/// `timer` is the connection's upstream timer, re-armed per attempt.
+#[allow(clippy::too_many_arguments)]
 async fn retried(
     f: &Forward,
     rt: &RouteRuntime,
@@ -413,6 +415,7 @@ async fn retried(
     route_timeout: Duration,
     cx: &Client<'_>,
     start: Instant,
+    timer: std::pin::Pin<&mut tokio::time::Sleep>,
 ) -> Tried<(TcpStream, Vec<u8>, usize)> {
     let shared = cx.shared;
     phases::attempts::deposit(shared, guards, start);
@@ -428,7 +431,7 @@ async fn retried(
         route_timeout,
     };
     let s = &shared.settings;
-    phases::attempts::run(x, f.endpoint.clone(), |ep, n| {
+    phases::attempts::run(x, f.endpoint.clone(), start, timer, |ep, n| {
         let head = if n > 1 {
             Cow::Owned(head::with_attempt(&f.upstream_head, n))
         } else {

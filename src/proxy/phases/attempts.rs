@@ -21,8 +21,10 @@ use crate::proxy::upstream::{Backend, Endpoint, InFlight};
 use crate::stats::Role;
 use http::Method;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::time::Sleep;
 
 /// What stays the same over the attempts of one request.
 pub struct Attempts<'a> {
@@ -70,30 +72,46 @@ pub fn deposit(shared: &ProxyShared, guards: &RouteGuards, now: Instant) {
 }
 
 /// Sends attempts through `send(endpoint, n)` (n = 1 for the first) until
-/// one is not retried, and returns that one.
-pub async fn run<A, F, Fut>(x: Attempts<'_>, first: Arc<Endpoint>, mut send: F) -> Tried<A>
+/// one is not retried, and returns that one. `start` is when the request
+/// began (the route timeout counts from it); `timer` bounds each attempt
+/// and is re-armed for every one (a transport may keep one per connection:
+/// moving a registered timer costs an atomic store, a new one a wheel
+/// insert and removal).
+pub async fn run<A, F, Fut>(
+    x: Attempts<'_>,
+    first: Arc<Endpoint>,
+    start: Instant,
+    mut timer: Pin<&mut Sleep>,
+    mut send: F,
+) -> Tried<A>
 where
     F: FnMut(Arc<Endpoint>, u32) -> Fut,
     Fut: Future<Output = Sent<A>>,
 {
-    let deadline = tokio::time::Instant::now() + x.route_timeout;
+    let deadline = tokio::time::Instant::from_std(start) + x.route_timeout;
     let mut endpoint = first;
     let mut n = 1u32;
+    let mut started = start;
     loop {
-        let started = Instant::now();
         let guard = InFlight::start(endpoint.clone());
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let per_try = x
+        let at = tokio::time::Instant::from_std(started);
+        let per_try_end = x
             .policy
             .per_try_timeout
-            .map_or(remaining, |p| p.min(remaining));
-        let (outcome, kind) = match tokio::time::timeout(per_try, send(endpoint.clone(), n)).await {
-            Err(_) if per_try < remaining => (
-                Err(UpstreamFailure::Timeout(per_try)),
+            .map_or(deadline, |p| (at + p).min(deadline));
+        timer.as_mut().reset(per_try_end);
+        let sent = tokio::select! {
+            biased;
+            r = send(endpoint.clone(), n) => Some(r),
+            () = timer.as_mut() => None,
+        };
+        let (outcome, kind) = match sent {
+            None if per_try_end < deadline => (
+                Err(UpstreamFailure::Timeout(per_try_end - at)),
                 AttemptOutcome::PerTryTimeout,
             ),
             // The overall deadline: nothing more can be tried.
-            Err(_) => {
+            None => {
                 return Tried {
                     outcome: Err(UpstreamFailure::Timeout(x.route_timeout)),
                     endpoint,
@@ -101,8 +119,8 @@ where
                     started,
                 }
             }
-            Ok(Ok((a, status))) => (Ok((a, status)), AttemptOutcome::Answered(status)),
-            Ok(Err((failure, kind))) => {
+            Some(Ok((a, status))) => (Ok((a, status)), AttemptOutcome::Answered(status)),
+            Some(Err((failure, kind))) => {
                 tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, attempt = n, ?kind, "upstream attempt failed");
                 (Err(failure), kind)
             }
@@ -113,6 +131,14 @@ where
             guard,
             started,
         };
+        // The common case, an answer the policy does not retry, takes no
+        // lock and reads no clock.
+        if retry::retry_reason(x.policy, kind).is_none() {
+            if n > 1 {
+                tracing::debug!(target: "weir::upstream", attempt = n, "not retried: not retriable");
+            }
+            return done(outcome, endpoint, guard);
+        }
         let now = Instant::now();
         let decision = x.guards.with_budget(|b| {
             retry::decide(
@@ -128,14 +154,12 @@ where
         let reason = match decision {
             RetryDecision::Retry(reason) => reason,
             other => {
-                if n > 1 || other != RetryDecision::NotRetriable {
-                    tracing::debug!(target: "weir::upstream", attempt = n, verdict = ?other, "not retried");
-                }
+                tracing::debug!(target: "weir::upstream", attempt = n, verdict = ?other, "not retried");
                 return done(outcome, endpoint, guard);
             }
         };
         let wait = retry::backoff(x.policy, n, random_u64());
-        if tokio::time::Instant::now() + wait >= deadline {
+        if tokio::time::Instant::from_std(now) + wait >= deadline {
             return done(outcome, endpoint, guard);
         }
         let answer = outcome.as_ref().map(|(_, s)| *s).map_err(|f| *f);
@@ -154,5 +178,6 @@ where
             endpoint = next;
         }
         n += 1;
+        started = Instant::now();
     }
 }

@@ -46,6 +46,7 @@ pub(super) async fn run(
     x: Replay<'_>,
     head: Request<()>,
     first: Arc<Endpoint>,
+    start: std::time::Instant,
 ) -> Tried<Response<Incoming>> {
     let replay = if x.body.is_some() {
         BodyReplay::Buffered
@@ -64,7 +65,8 @@ pub(super) async fn run(
         route_timeout: x.route_timeout,
     };
     let (x, head) = (&x, &head);
-    attempts::run(loop_cx, first, |endpoint, n| {
+    let timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    attempts::run(loop_cx, first, start, timer, |endpoint, n| {
         let mut req = copy_head(head);
         point_at(&mut req, &endpoint.authority);
         if n > 1 {
