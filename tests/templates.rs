@@ -264,3 +264,30 @@ fn weir_check_names_every_template_error_with_its_line() {
     assert!(!err.contains("variables.code"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_changed_template_is_named_by_a_reload_as_applied_at_the_next_start() {
+    let dir = std::env::temp_dir().join(format!("weir-templates-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("weir.yaml");
+    let top = |q: &str| {
+        format!("metricTemplates:\n  t:\n    provider: {{ type: prometheus, address: \"http://127.0.0.1:9090\" }}\n    query: {q}\n")
+    };
+    let metrics = "        - name: m\n          templateRef: { name: t }\n          thresholdRange: { max: 1 }\n";
+    std::fs::write(
+        &path,
+        config("127.0.0.1:9", "127.0.0.1:10", &top("up"), metrics),
+    )
+    .unwrap();
+    let (raw, cfg) = weir::config::load_file_with_raw(&path).unwrap();
+    let started = weir::reload::Started::new(raw);
+    let store = weir::dataplane::store::TableStore::new(cfg.table);
+    std::fs::write(
+        &path,
+        config("127.0.0.1:9", "127.0.0.1:10", &top("sum(up)"), metrics),
+    )
+    .unwrap();
+    let r = weir::reload::reload(&path, &started, &store).unwrap();
+    assert_eq!(r.needs_restart, vec!["metricTemplates"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
