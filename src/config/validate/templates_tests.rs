@@ -224,3 +224,25 @@ fn an_unused_template_is_a_warning() {
     assert_eq!(c.warnings[0].path, "metricTemplates.spare");
     assert!(c.warnings[0].location.is_some());
 }
+
+/// DESIGN §13's example, verbatim: a contract the importer and users rely on.
+#[test]
+fn the_design_example_loads() {
+    let top = r#"metricTemplates:
+  error-rate:
+    provider: { type: prometheus, address: "http://127.0.0.1:9090" }   # or type: web (GET JSON, jsonPath)
+    query: |
+      100 - sum(rate(weir_requests_total{route="{{ target }}",role="canary",code!~"5.."}[{{ interval }}]))
+          / sum(rate(weir_requests_total{route="{{ target }}",role="canary"}[{{ interval }}])) * 100
+"#;
+    let metrics = r#"        - name: error-rate
+          templateRef: { name: error-rate, namespace: default }   # namespace accepted, ignored
+          templateVariables: { route: app }                        # {{ variables.route }}
+          thresholdRange: { max: 1 }
+          interval: 1m
+"#;
+    let c = parse_yaml(&config(top, metrics), "t.yaml", Path::new(".")).unwrap();
+    let m = &c.canaries[0].analysis.metrics[0];
+    assert!(matches!(m.kind, MetricKind::Prometheus { .. }), "{m:?}");
+    assert_eq!(m.max, Some(1.0));
+}
