@@ -105,7 +105,7 @@ async fn a_prometheus_template_is_rendered_with_flaggers_variables_and_judged() 
     })
     .await;
     let top = format!(
-        "metricTemplates:\n  error-rate:\n    provider: {{ type: prometheus, address: \"http://{}\" }}\n    query: |\n      100 - sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\",code!~\"{{{{ variables.code }}}}\"}}[{{{{ interval }}}}]))\n          / sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\"}}[{{{{interval}}}}])) * 100 + 0 * count(up{{job=\"{{{{ name }}}}\",ns=\"{{{{ namespace }}}}\"}})\n",
+        "metricTemplates:\n  error-rate:\n    provider: {{ type: prometheus, address: \"http://{}\", headers: [{{ key: X-Scope-OrgID, value: \"tenant-{{{{ name }}}}\" }}] }}\n    query: |\n      100 - sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\",code!~\"{{{{ variables.code }}}}\"}}[{{{{ interval }}}}]))\n          / sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\"}}[{{{{interval}}}}])) * 100 + 0 * count(up{{job=\"{{{{ name }}}}\",ns=\"{{{{ namespace }}}}\"}})\n",
         prom.addr
     );
     let metrics = "        - name: error-rate\n          templateRef: { name: error-rate, namespace: default }\n          templateVariables: { code: \"5..\" }\n          thresholdRange: { max: 1 }\n          interval: 1m\n";
@@ -133,6 +133,7 @@ async fn a_prometheus_template_is_rendered_with_flaggers_variables_and_judged() 
         let t = target(h);
         assert!(t.starts_with("/api/v1/query?"), "{t}");
         assert_eq!(query_param(&t).as_deref(), Some(want), "{h}");
+        assert_eq!(header(h, "x-scope-orgid"), Some("tenant-app"), "{h}");
     }
 }
 

@@ -79,6 +79,8 @@ pub struct MetricSource {
     pub variables: BTreeMap<String, String>,
     /// Bearer token sent to the provider.
     pub token: Option<crate::config::Secret>,
+    /// Extra request headers to the provider: names and value templates.
+    pub headers: Vec<(String, String)>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -109,6 +111,7 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
             template: m.template.clone(),
             variables: m.variables.clone(),
             token: m.token.clone(),
+            headers: m.headers.clone(),
         })
         .collect();
     let webhooks = a

@@ -193,8 +193,11 @@ pub async fn prometheus_result(
     url: &str,
     query: &str,
 ) -> MetricResult {
-    let value = match templates::render(query, &templates::vars(def, metric, source), source) {
-        Ok(rendered) => run_query(client, source, url, &rendered)
+    let vars = templates::vars(def, metric, source);
+    let request = templates::render(query, &vars, source)
+        .and_then(|q| Ok((q, templates::provider_headers(source, &vars)?)));
+    let value = match request {
+        Ok((rendered, headers)) => run_query(client, &headers, url, &rendered)
             .await
             .map_err(|e| templates::label(source, &e)),
         Err(e) => Err(e),
@@ -225,13 +228,12 @@ pub async fn prometheus_result(
 /// `GET {url}/api/v1/query?query=…` and the first sample of the answer.
 async fn run_query(
     client: &HttpClient,
-    source: &MetricSource,
+    headers: &[(&str, String)],
     url: &str,
     rendered: &str,
 ) -> Result<f64, String> {
     let full = format!("{url}/api/v1/query?query={}", encode(rendered));
-    let headers = templates::auth_headers(source);
-    match client.get(&full, &headers, PROMETHEUS_TIMEOUT).await {
+    match client.get(&full, headers, PROMETHEUS_TIMEOUT).await {
         Ok(r) if (200..300).contains(&r.status) || r.status == 400 || r.status == 422 => {
             parse_prometheus(&r.body)
         }
@@ -359,6 +361,7 @@ mod tests {
         template: None,
         variables: BTreeMap::new(),
         token: None,
+        headers: Vec::new(),
     };
 
     #[test]

@@ -46,13 +46,21 @@ pub fn label(source: &MetricSource, reason: &str) -> String {
     }
 }
 
-/// The `Authorization` header of the provider, when it has a token.
-pub fn auth_headers(source: &MetricSource) -> Vec<(&'static str, String)> {
-    source
+/// The request headers of the provider: `Authorization: Bearer` from its `tokenFile`,
+/// then its `headers`, rendered.
+pub fn provider_headers<'a>(
+    source: &'a MetricSource,
+    vars: &TemplateVars,
+) -> Result<Vec<(&'a str, String)>, String> {
+    let mut out: Vec<(&'a str, String)> = source
         .token
         .iter()
         .map(|t| ("authorization", format!("Bearer {}", t.0)))
-        .collect()
+        .collect();
+    for (k, v) in &source.headers {
+        out.push((k.as_str(), render(v, vars, source)?));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -78,6 +86,7 @@ mod tests {
             template: template.map(String::from),
             variables: BTreeMap::from([("code".to_string(), "5..".to_string())]),
             token: Some(crate::config::Secret("t0k".into())),
+            headers: Vec::new(),
         }
     }
 
@@ -104,9 +113,17 @@ mod tests {
             e,
             "template err-rate: cannot render: {{ variables.nope }} is not set in templateVariables"
         );
+        let mut src = source(None);
+        src.headers = vec![(
+            "X-Scope-OrgID".into(),
+            "{{ name }}-{{ variables.code }}".into(),
+        )];
         assert_eq!(
-            auth_headers(&source(None)),
-            vec![("authorization", "Bearer t0k".to_string())]
+            provider_headers(&src, &v),
+            Ok(vec![
+                ("authorization", "Bearer t0k".to_string()),
+                ("X-Scope-OrgID", "app-5..".to_string())
+            ])
         );
     }
 }

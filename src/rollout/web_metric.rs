@@ -80,10 +80,7 @@ async fn fetch(
     vars: &TemplateVars,
 ) -> Result<f64, String> {
     let url = crate::config::template::render(&web.url, vars)?;
-    let mut headers = templates::auth_headers(source);
-    for (k, v) in &web.headers {
-        headers.push((k.as_str(), crate::config::template::render(v, vars)?));
-    }
+    let headers = templates::provider_headers(source, vars)?;
     let r = client
         .get(&url, &headers, web.timeout)
         .await

@@ -335,6 +335,10 @@ pub(super) fn validate_canaries(
                     template: resolved.as_ref().and_then(|r| r.template.clone()),
                     variables: m.template_variables.clone(),
                     token: resolved.as_ref().and_then(|r| r.token.clone()),
+                    headers: resolved
+                        .as_ref()
+                        .map(|r| r.headers.clone())
+                        .unwrap_or_default(),
                 });
             }
         }

@@ -146,6 +146,9 @@ pub struct CanaryMetric {
     pub variables: BTreeMap<String, String>,
     /// Bearer token sent to the provider (the template's `tokenFile`).
     pub token: Option<super::alerts::Secret>,
+    /// Extra request headers to the provider (the template's `headers`: names and value
+    /// templates).
+    pub headers: Vec<(String, String)>,
 }
 
 /// Where a metric's value comes from.

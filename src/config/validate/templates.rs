@@ -23,21 +23,17 @@ const MAX_WEB_TIMEOUT_SECS: i64 = 600;
 pub struct WebMetric {
     /// The URL to GET, a template (`{{ target }}` …), checked when loaded.
     pub url: String,
-    /// Header names and value templates.
-    pub headers: Vec<(String, String)>,
     /// Where the value is in the answer.
     pub json_path: serde_json_path::JsonPath,
     /// Bound on one request.
     pub timeout: Duration,
 }
 
-/// The URL and header values may carry credentials.
+/// The URL may carry credentials.
 impl std::fmt::Debug for WebMetric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
         f.debug_struct("WebMetric")
             .field("url", &"<redacted>")
-            .field("headers", &names)
             .field("json_path", &self.json_path.to_string())
             .field("timeout", &self.timeout)
             .finish()
@@ -53,6 +49,8 @@ pub struct MetricTemplate {
     pub ca_file: Option<PathBuf>,
     /// Bearer token sent to the provider (from `tokenFile`).
     pub token: Option<Secret>,
+    /// Extra request headers: names and value templates.
+    pub headers: Vec<(String, String)>,
 }
 
 /// The provider types, in the order the error message lists them.
@@ -150,12 +148,29 @@ fn validate_template(
     }
     let ca_file = check_ca_file(&format!("{pp}.caFile"), &v.ca_file, base, errs);
     let token = read_token(&format!("{pp}.tokenFile"), &v.token_file, base, errs);
+    let mut headers = Vec::new();
+    for (i, h) in v.headers.iter().enumerate() {
+        let hp = format!("{pp}.headers[{i}]");
+        if HeaderName::from_bytes(h.key.as_bytes()).is_err() {
+            errs.push(
+                format!("{hp}.key"),
+                format!("{:?} is not a header name", h.key),
+            );
+        } else if token.is_some() && h.key.eq_ignore_ascii_case("authorization") {
+            errs.push(
+                format!("{hp}.key"),
+                "tokenFile already sets Authorization: keep one of the two",
+            );
+        }
+        if check_syntax(errs, &format!("{hp}.value"), &h.value) {
+            headers.push((h.key.clone(), h.value.clone()));
+        }
+    }
     let kind = match v.kind.as_str() {
         "prometheus" => {
             let web = [
                 ("url", v.url.is_some()),
                 ("jsonPath", v.json_path.is_some()),
-                ("headers", !v.headers.is_empty()),
                 ("timeoutSeconds", v.timeout_seconds.is_some()),
                 ("timeout", v.timeout.is_some()),
             ];
@@ -210,19 +225,6 @@ fn validate_template(
                 }
                 Some(u) => check_syntax(errs, &format!("{pp}.url"), u).then(|| u.clone()),
             };
-            let mut headers = Vec::new();
-            for (i, h) in v.headers.iter().enumerate() {
-                let hp = format!("{pp}.headers[{i}]");
-                if HeaderName::from_bytes(h.key.as_bytes()).is_err() {
-                    errs.push(
-                        format!("{hp}.key"),
-                        format!("{:?} is not a header name", h.key),
-                    );
-                }
-                if check_syntax(errs, &format!("{hp}.value"), &h.value) {
-                    headers.push((h.key.clone(), h.value.clone()));
-                }
-            }
             let src = v.json_path.as_deref().unwrap_or("{$}");
             let json_path = match validate_json_path(src) {
                 Ok(jp) => Some(jp),
@@ -254,7 +256,6 @@ fn validate_template(
             match (url, json_path) {
                 (Some(url), Some(json_path)) => Some(MetricKind::Web(WebMetric {
                     url,
-                    headers,
                     json_path,
                     timeout,
                 })),
@@ -279,6 +280,7 @@ fn validate_template(
         kind: kind?,
         ca_file,
         token,
+        headers,
     })
 }
 
@@ -324,6 +326,8 @@ pub(super) struct Resolved {
     pub token: Option<Secret>,
     /// The template's name, for the reasons of failed checks.
     pub template: Option<String>,
+    /// Extra request headers (value templates).
+    pub headers: Vec<(String, String)>,
 }
 
 /// Checks that every `{{ variables.X }}` of `src` is set by the metric (error at
@@ -387,13 +391,13 @@ pub(super) fn use_template(
     };
     let before = errs.0.len();
     let what = format!("template {:?}", r.name);
+    for (_, v) in &t.headers {
+        check_variables(errs, mp, &what, v, vars);
+    }
     match &t.kind {
         MetricKind::Prometheus { query, .. } => check_variables(errs, mp, &what, query, vars),
         MetricKind::Web(w) => {
             check_variables(errs, mp, &what, &w.url, vars);
-            for (_, v) in &w.headers {
-                check_variables(errs, mp, &what, v, vars);
-            }
             if errs.0.len() == before {
                 if let Ok(url) = template::render(&w.url, vars) {
                     if !url.parse::<http::Uri>().ok().is_some_and(|u| {
@@ -405,19 +409,21 @@ pub(super) fn use_template(
                         );
                     }
                 }
-                for (k, v) in &w.headers {
-                    if let Ok(value) = template::render(v, vars) {
-                        if HeaderValue::from_str(&value).is_err() {
-                            errs.push(
-                                format!("{mp}.templateVariables"),
-                                format!("header {k} of {what} renders to a value that is not a valid header value"),
-                            );
-                        }
-                    }
-                }
             }
         }
         _ => {}
+    }
+    if errs.0.len() == before {
+        for (k, v) in &t.headers {
+            if let Ok(value) = template::render(v, vars) {
+                if HeaderValue::from_str(&value).is_err() {
+                    errs.push(
+                        format!("{mp}.templateVariables"),
+                        format!("header {k} of {what} renders to a value that is not a valid header value"),
+                    );
+                }
+            }
+        }
     }
     if errs.0.len() > before {
         return None;
@@ -427,6 +433,7 @@ pub(super) fn use_template(
         ca_file: t.ca_file.clone(),
         token: t.token.clone(),
         template: Some(r.name.clone()),
+        headers: t.headers.clone(),
     })
 }
 

@@ -54,10 +54,10 @@ fn a_web_template_is_read_with_argos_field_names() {
     assert_eq!(w.timeout, std::time::Duration::from_secs(3));
     assert_eq!(w.json_path.to_string(), "$.data.p99");
     assert_eq!(
-        w.headers,
+        c.canaries[0].analysis.metrics[0].headers,
         vec![("X-Scope".into(), "{{ variables.tenant }}".into())]
     );
-    // Debug never shows a URL or a header value (either may carry a token).
+    // Debug never shows the URL (it may carry a token).
     assert!(!format!("{w:?}").contains("127.0.0.1"));
 }
 
@@ -172,6 +172,16 @@ fn every_bad_template_names_its_field() {
             &web.replace("/x\"", "/x\", headers: [{ key: \"a b\", value: v }]"),
             "metricTemplates.error-rate.provider.headers[0].key",
             "not a header name",
+        ),
+        (
+            "metricTemplates:\n  error-rate:\n    provider: { type: prometheus, address: \"http://x\", tokenFile: Cargo.toml, headers: [{ key: Authorization, value: v }] }\n    query: q\n",
+            "metricTemplates.error-rate.provider.headers[0].key",
+            "keep one of the two",
+        ),
+        (
+            "metricTemplates:\n  error-rate:\n    provider: { type: prometheus, address: \"http://x\", headers: [{ key: X-Scope-OrgID, value: \"{{ tenant }}\" }] }\n    query: q\n",
+            "metricTemplates.error-rate.provider.headers[0].value",
+            "unknown template variable {{ tenant }}",
         ),
         (
             &web.replace("/x\"", "/x?r={{ rout }}\""),
