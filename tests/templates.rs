@@ -292,3 +292,79 @@ async fn a_changed_template_is_named_by_a_reload_as_applied_at_the_next_start() 
     assert_eq!(r.needs_restart, vec!["metricTemplates"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// DESIGN §13's template, verbatim, against a real Prometheus scraping this weir: a
+/// healthy canary is promoted on it, a canary failing half its requests is rolled back
+/// by it. Prometheus finds weir through a file-discovery target written once the admin
+/// listener is bound, so no port is picked in advance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_design_template_judges_canaries_from_a_real_prometheus() {
+    if !tool_available(
+        "prometheus",
+        "the_design_template_judges_canaries_from_a_real_prometheus",
+        "Debian: apt-get install prometheus",
+    ) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("weir-templates-prom-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let targets = dir.join("targets.json");
+    std::fs::write(&targets, "[]").unwrap();
+    let prom_cfg = format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: weir\n    file_sd_configs:\n      - files: [\"{}\"]\n        refresh_interval: 1s\n",
+        targets.display()
+    );
+    let prom_dir = dir.clone();
+    let prom = tokio::task::spawn_blocking(move || start_prometheus(&prom_cfg, &prom_dir))
+        .await
+        .expect("prometheus");
+    let top = format!(
+        "metricTemplates:\n  error-rate:\n    provider: {{ type: prometheus, address: \"{}\" }}   # or type: web (GET JSON, jsonPath)\n    query: |\n      100 - sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\",code!~\"5..\"}}[{{{{ interval }}}}]))\n          / sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\"}}[{{{{ interval }}}}])) * 100\n",
+        prom.url
+    );
+    // Early checks see no canary series yet (a failed check, "no values found"): the
+    // threshold leaves room for them, and the failing canary still exceeds it.
+    let metrics = "        - name: error-rate\n          templateRef: { name: error-rate, namespace: default }\n          templateVariables: { route: app }\n          thresholdRange: { max: 1 }\n          interval: 5s\n";
+    // Each run has a route of its own, so that the series of one never count in the other.
+    for (route, error_rate, want) in [
+        ("web-ok", 0.0, Phase::Succeeded),
+        ("web-bad", 0.5, Phase::Failed),
+    ] {
+        let v1 = echo("v1").await;
+        let v2 = echo_with("v2", error_rate, Duration::ZERO).await;
+        let yaml = config(&v1.addr.to_string(), &v2.addr.to_string(), &top, metrics)
+            .replace(
+                "interval: 300ms\n      threshold: 2",
+                "interval: 1s\n      threshold: 15",
+            )
+            .replace("  - name: web\n", &format!("  - name: {route}\n"))
+            .replace("    route: web\n", &format!("    route: {route}\n"));
+        let app = start(&yaml).await;
+        std::fs::write(
+            &targets,
+            format!("[{{\"targets\": [\"{}\"]}}]", app.admin_addr),
+        )
+        .unwrap();
+        let traffic = weir::demo::traffic::TrafficSpec::new(app.proxy_addr()).start();
+        let done = run(&app).await;
+        traffic.stop().await;
+        assert_eq!(done.phase, want, "error rate {error_rate}: {done:#?}");
+        let values: Vec<f64> = done
+            .events
+            .iter()
+            .flat_map(|e| e.checks.iter())
+            .filter(|c| c.name == "error-rate")
+            .filter_map(|c| c.value)
+            .collect();
+        if want == Phase::Succeeded {
+            assert!(values.iter().any(|v| *v <= 1.0), "{values:?}");
+        } else {
+            // Half the canary's answers are 500s: the error rate is far above 1 %.
+            assert!(values.iter().any(|v| *v > 20.0), "{values:?}");
+        }
+        app.shutdown().await;
+    }
+    drop(prom);
+    let _ = std::fs::remove_dir_all(&dir);
+}
