@@ -368,3 +368,38 @@ async fn the_design_template_judges_canaries_from_a_real_prometheus() {
     drop(prom);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn weir_serve_refuses_a_template_error_as_weir_check_does() {
+    let dir = std::env::temp_dir().join(format!("weir-templates-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("serve.yaml");
+    let metrics = "        - name: a\n          templateRef: { name: nope }\n          thresholdRange: { max: 1 }\n";
+    std::fs::write(&path, config("127.0.0.1:9", "127.0.0.1:10", "", metrics)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "-c"])
+        .arg(&path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("weir serve started with an undefined templateRef");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("canaries[0].analysis.metrics[0].templateRef.name: unknown metric template \"nope\": metricTemplates is empty"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
