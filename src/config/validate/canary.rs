@@ -238,7 +238,8 @@ pub(super) fn validate_canaries(
                         query: query.clone(),
                     })
                 }
-                (Some(_), None) => {
+                (Some(query), None) => {
+                    check_inline_query(&mp, query, &vars, errs);
                     errs.push(
                         format!("{mp}.prometheusUrl"),
                         "a custom query needs the Prometheus server URL",
