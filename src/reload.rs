@@ -10,7 +10,7 @@
 //! errors are returned with their positions); change a route a canary drives (the
 //! engine owns its weights, match, mirror, affinity state and, after a swap, its
 //! slots: that route keeps its running definition, and the file's applies at the next
-//! start); apply listeners, admin, proxy, canaries, metric templates, rollout or cluster
+//! start); apply listeners, admin, proxy, canaries, metric templates, alert providers, rollout or cluster
 //! changes (they are named as needing a restart).
 
 use crate::config::raw::RawConfig;
@@ -65,6 +65,7 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
             "metricTemplates",
             was.metric_templates != raw.metric_templates,
         ),
+        ("alertProviders", was.alert_providers != raw.alert_providers),
         ("rollout", was.rollout != raw.rollout),
         ("cluster", was.cluster != raw.cluster),
     ]

@@ -146,3 +146,25 @@ async fn a_canary_driven_route_keeps_its_running_definition() {
     assert_eq!(served_by(proxy, "app.test").await, "v1");
     assert_eq!(served_by(proxy, "other.test").await, "v2");
 }
+
+#[test]
+fn a_changed_alert_provider_is_named_by_a_reload_as_applied_at_the_next_start() {
+    let dir = std::env::temp_dir().join(format!("weir-reload-alerts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("weir.yaml");
+    let config = |channel: &str| {
+        format!(
+            "listeners:\n  - {{ name: http, address: \"127.0.0.1:0\" }}\nadmin: {{ address: \"127.0.0.1:0\" }}\n\
+             alertProviders:\n  team: {{ type: slack, address: \"https://hooks.example.test/x\", channel: \"{channel}\" }}\n\
+             backends:\n  app: {{ endpoints: [\"127.0.0.1:9\"] }}\nroutes:\n  - {{ name: app, primary: app }}\n"
+        )
+    };
+    std::fs::write(&path, config("#a")).unwrap();
+    let (raw, cfg) = weir::config::load_file_with_raw(&path).unwrap();
+    let started = weir::reload::Started::new(raw);
+    let store = weir::dataplane::store::TableStore::new(cfg.table);
+    std::fs::write(&path, config("#b")).unwrap();
+    let r = weir::reload::reload(&path, &started, &store).unwrap();
+    assert_eq!(r.needs_restart, vec!["alertProviders"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
