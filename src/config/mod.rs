@@ -13,12 +13,16 @@
 
 pub mod affinity;
 pub mod cluster;
+pub mod diagnostics;
 mod duration;
 mod locate;
 pub mod raw;
 mod raw_policies;
+mod recover;
+mod suggest;
 pub mod tls;
 mod validate;
+mod yaml_tree;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};
 pub use locate::Locations;
@@ -114,48 +118,19 @@ pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigE
     parse_yaml_with_raw(src, label, base).map(|(_, cfg)| cfg)
 }
 
-/// [`parse_yaml`], also returning the text as parsed before validation.
+/// [`parse_yaml`], also returning the text as parsed before validation. The
+/// errors are every parse and validation error of the text
+/// ([`diagnostics::check_source`]).
 pub fn parse_yaml_with_raw(
     src: &str,
     label: &str,
     base: &Path,
 ) -> Result<(raw::RawConfig, Config), ConfigErrors> {
-    let raw: raw::RawConfig = match serde_saphyr::from_str(src) {
-        Ok(r) => r,
-        Err(e) => {
-            let location = e
-                .location()
-                .map(|l| (l.line() as usize, l.column() as usize));
-            return Err(ConfigErrors {
-                file: label.to_string(),
-                errors: vec![ConfigError {
-                    path: String::new(),
-                    reason: clean_serde_message(&e.to_string()),
-                    location,
-                }],
-            });
-        }
-    };
-    let locations = Locations::index(src);
-    let locate = |list: &mut Vec<ConfigError>| {
-        for e in list.iter_mut() {
-            e.location = locations.find(&e.path);
-        }
-        list.sort_by_key(|e| e.location.unwrap_or((usize::MAX, 0)));
-    };
-    let validated = validate::validate(raw.clone(), base);
-    validated
-        .map(|mut cfg| {
-            locate(&mut cfg.warnings);
-            (raw, cfg)
-        })
-        .map_err(|mut errors| {
-            locate(&mut errors);
-            ConfigErrors {
-                file: label.to_string(),
-                errors,
-            }
-        })
+    let checked = diagnostics::check_source(src, label, base);
+    match checked.loaded {
+        Some(loaded) => Ok(loaded),
+        None => Err(checked.report.config_errors()),
+    }
 }
 
 /// The warnings of a loaded config, one per line, as errors are printed
@@ -173,26 +148,6 @@ pub fn format_warnings(file: &str, warnings: &[ConfigError]) -> String {
         out.push_str(&format!("{at}: warning: {}: {}", w.path, w.reason));
     }
     out
-}
-
-/// serde-saphyr prefixes messages with their own location and may render a
-/// source snippet over several lines; keep the first line only, since the
-/// location is printed by us.
-fn clean_serde_message(msg: &str) -> String {
-    let first = msg.lines().next().unwrap_or(msg).trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    // Drop a leading "line N column M: " (we print file:line:col ourselves).
-    if let Some(rest) = first.strip_prefix("line ") {
-        if let Some((pos, msg)) = rest.split_once(": ") {
-            if pos
-                .split(" column ")
-                .all(|n| n.trim().parse::<u64>().is_ok())
-            {
-                return msg.to_string();
-            }
-        }
-    }
-    first.to_string()
 }
 
 #[cfg(test)]
