@@ -311,7 +311,11 @@ fn plan(f: &Failure, orig: &Tree, src: &str, current: &Tree, text: &str) -> Opti
                 problem: Problem {
                     path: f.path.clone(),
                     reason,
-                    span: at.map(|a| first_line(&a.node.span, src)),
+                    span: at.map(|a| match a.key_span {
+                        // An empty value: underline its key.
+                        Some(k) if a.node.span.is_empty() => k.clone(),
+                        _ => first_line(&a.node.span, src),
+                    }),
                     help,
                     note: None,
                 },
@@ -485,8 +489,13 @@ fn describe(n: &Node) -> String {
             if !quoted && matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL") {
                 "nothing (null)".to_string()
             } else {
-                let short: String = value.chars().take(40).collect();
-                let more = if short.len() < value.len() { "…" } else { "" };
+                let line = value.lines().next().unwrap_or("");
+                let short: String = line.chars().take(40).collect();
+                let more = if short.len() < value.trim_end().len() {
+                    "…"
+                } else {
+                    ""
+                };
                 if *quoted {
                     format!("the string \"{short}{more}\"")
                 } else {

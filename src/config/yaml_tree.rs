@@ -108,8 +108,10 @@ impl Tree {
                     let quoted =
                         matches!(style, ScalarStyle::SingleQuoted | ScalarStyle::DoubleQuoted);
                     let start = scalar_start(src, &span, style);
+                    // A block scalar's span runs to the next line; its node ends with its text.
+                    let end = start + src[start..range.end.max(start)].trim_end().len();
                     let node = Node {
-                        span: start..range.end,
+                        span: start..end,
                         kind: Kind::Scalar {
                             value: value.into_owned(),
                             quoted,
@@ -312,7 +314,7 @@ mod tests {
         assert_eq!(text("a.c[1]"), "y");
         assert_eq!(text("a.d[0]"), "e: f\n      g: h");
         assert_eq!(text("z"), "{p: 1}");
-        assert_eq!(text("t"), "|\n  text\n");
+        assert_eq!(text("t"), "|\n  text");
         let f = t.find("a.d[0].g").unwrap();
         assert_eq!(&src[f.key_span.unwrap().clone()], "g");
         assert!(t.find("a.nope").is_none());
