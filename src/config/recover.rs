@@ -85,7 +85,9 @@ pub fn parse_all<T: DeserializeOwned>(src: &str) -> Recovered<T> {
         }
         let artifact = out.repaired.iter().any(|r| is_within(&failure.path, r));
         let Some(plan) = plan(&failure, &out.tree, src, &current, &text) else {
-            if !artifact || out.tree.syntax.is_some() {
+            // Where the reader had no key yet in an edited text, the edit may be the cause.
+            let unsure = edited && failure.path.contains('?');
+            if (!artifact && !unsure) || out.tree.syntax.is_some() {
                 out.problems
                     .push(describe_stop(&failure, &out.tree, src, edited));
             }

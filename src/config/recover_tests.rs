@@ -177,3 +177,60 @@ fn the_search_is_bounded() {
     let r = parse_all::<RawConfig>(&src);
     assert_eq!(r.problems.len(), MAX_PROBLEMS);
 }
+
+#[test]
+fn a_mapping_ending_in_an_empty_value_is_cut_whole() {
+    // A Compose file: two unknown top-level keys, the last one's value ending in `key:`.
+    let src = "services:\n  app:\n    image: x\n\nvolumes:\n  # state\n  weir-state:\n";
+    let got = problems(src);
+    assert_eq!(
+        got.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(),
+        vec!["unknown field `services`", "unknown field `volumes`"]
+    );
+    assert!(parse_all::<RawConfig>(src).value.is_some());
+}
+
+/// Every shipped config, broken line by line in three ways: the search never
+/// panics, never loops past its bounds, and never stays silent about a text
+/// serde refuses.
+#[test]
+fn broken_shipped_configs_are_never_a_crash_and_never_silent() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = src.lines().collect();
+        for i in 0..lines.len() {
+            let line = lines[i];
+            let mutations = [
+                format!(" {line}"),
+                line.replace(": ", ": [x, {y: 1}] #"),
+                line.replacen(|c: char| c.is_ascii_alphabetic(), "Q", 1),
+            ];
+            for m in mutations {
+                if m == line {
+                    continue;
+                }
+                let mut all = lines.clone();
+                all[i] = &m;
+                let text = all.join("\n");
+                let refused = serde_saphyr::from_str::<RawConfig>(&text).is_err();
+                let r = parse_all::<RawConfig>(&text);
+                assert_eq!(
+                    refused,
+                    !r.problems.is_empty(),
+                    "{}:{}: {m:?}: {:?}",
+                    path.display(),
+                    i + 1,
+                    r.problems
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
+}

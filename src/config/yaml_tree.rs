@@ -144,7 +144,7 @@ impl Tree {
                 }),
                 Event::SequenceEnd | Event::MappingEnd => {
                     if let Some(open) = stack.pop() {
-                        let node = close(open, Some(range.end));
+                        let node = close(open, Some(range.end), src);
                         push(&mut stack, &mut root, node);
                     }
                 }
@@ -153,7 +153,7 @@ impl Tree {
         }
         // A syntax error leaves collections open: close them where they got to.
         while let Some(open) = stack.pop() {
-            let node = close(open, None);
+            let node = close(open, None, src);
             push(&mut stack, &mut root, node);
         }
         Tree { root, syntax }
@@ -270,7 +270,7 @@ fn push(stack: &mut [Open], root: &mut Option<Node>, node: Node) {
     }
 }
 
-fn close(open: Open, end: Option<usize>) -> Node {
+fn close(open: Open, end: Option<usize>, src: &str) -> Node {
     match open {
         Open::Seq { start, flow, items } => {
             let last = items.last().map_or(start, |n| n.span.end);
@@ -287,7 +287,16 @@ fn close(open: Open, end: Option<usize>) -> Node {
             entries,
             ..
         } => {
-            let last = entries.last().map_or(start, |e| e.value.span.end);
+            // An empty value (`key:`) has an empty span before its colon: the entry
+            // ends after the colon.
+            let last = entries.last().map_or(start, |e| {
+                if e.value.span.is_empty() {
+                    let colon = src[e.key_span.end..].find(':').map_or(0, |i| i + 1);
+                    (e.key_span.end + colon).max(e.value.span.end)
+                } else {
+                    e.value.span.end
+                }
+            });
             let end = if flow { end.unwrap_or(last) } else { last };
             Node {
                 span: start..end.max(start),
