@@ -137,7 +137,8 @@ struct Failure {
     path: String,
     /// The message without position, for telling two failures apart.
     message: String,
-    error: serde_saphyr::Error,
+    /// Boxed: serde-saphyr's error is large and a failure is moved around.
+    error: Box<serde_saphyr::Error>,
 }
 
 impl Failure {
@@ -145,7 +146,7 @@ impl Failure {
         Failure {
             path: String::new(),
             message: message(&error),
-            error,
+            error: Box::new(error),
         }
     }
 }
@@ -163,7 +164,7 @@ fn tracked<T: DeserializeOwned>(text: &str) -> Result<T, Failure> {
     r.map_err(|error| Failure {
         path: if path == "." { String::new() } else { path },
         message: message(&error),
-        error,
+        error: Box::new(error),
     })
 }
 
