@@ -22,6 +22,7 @@ mod recover;
 mod suggest;
 pub mod tls;
 mod validate;
+mod yaml_edit;
 mod yaml_tree;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};
