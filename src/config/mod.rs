@@ -7,6 +7,11 @@
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
 //!
+//! Reporting: [`diagnostics`] finds every problem of a file at once (parse
+//! errors too: `recover` repairs a copy of the text where the reader stopped,
+//! through `yaml_edit`, and reads on; `yaml_tree` keeps the byte spans by field
+//! path; `suggest` gives "did you mean"), and the warnings of `validate::lint`.
+//!
 //! Layering: `config` imports only the pure modules (`routing`, `affinity`,
 //! `headers`); what it validates for the layers above lives here too
 //! ([`cluster`] settings, [`tls`] file loading, the raw [`affinity`] rule).
