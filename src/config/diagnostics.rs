@@ -345,8 +345,13 @@ fn reference_help(e: &ConfigError, raw: &RawConfig) -> Option<String> {
     }
 }
 
-/// How to write a value that almost parses (today: a duration with a space).
+/// How to write a value that almost parses: a word close to one of the words
+/// the reason lists (`expected swap or webhook (got "swapp")`), a duration
+/// with a space.
 fn value_help(e: &ConfigError, tree: &Tree) -> Option<String> {
+    if let Some(m) = choice_help(&e.reason) {
+        return Some(m);
+    }
     if !e.reason.contains("in duration") {
         return None;
     }
@@ -356,6 +361,29 @@ fn value_help(e: &ConfigError, tree: &Tree) -> Option<String> {
     let joined: String = value.split_whitespace().collect();
     (joined != *value && super::parse_duration(&joined).is_ok())
         .then(|| format!("write it without spaces: `{joined}`"))
+}
+
+/// "did you mean" for a reason of the form `expected a, b or c (got "x")` or
+/// `unknown … "x"; expected one of a, b, c`, when every choice is one word.
+fn choice_help(reason: &str) -> Option<String> {
+    let got = reason.split_once('"')?.1.split_once('"')?.0;
+    let list = reason.split_once("expected ")?.1;
+    let list = list.strip_prefix("one of ").unwrap_or(list);
+    let list = list.split([';', '(']).next()?.trim();
+    let choices: Vec<&str> = list
+        .split(", ")
+        .flat_map(|c| c.split(" or "))
+        .map(str::trim)
+        .collect();
+    let one_word = |c: &&str| {
+        !c.is_empty()
+            && c.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == ':')
+    };
+    if choices.len() < 2 || !choices.iter().all(one_word) {
+        return None;
+    }
+    did_you_mean(got, choices.iter().copied()).map(|m| format!("did you mean `{m}`?"))
 }
 
 #[cfg(test)]

@@ -221,3 +221,27 @@ fn an_unreadable_file_is_one_error_without_excerpt() {
     assert!(text.starts_with("error: cannot read file: "), "{text}");
     assert!(text.contains("\n--> /nonexistent/weir.yaml\n"), "{text}");
 }
+
+#[test]
+fn a_word_close_to_an_allowed_one_gets_a_suggestion() {
+    let c = check(&BASE.replace("    route: app\n", "    route: app\n    promotion: swapp\n"));
+    let d = &c.report.diagnostics[0];
+    assert_eq!(d.error.path, "canaries[0].promotion");
+    assert_eq!(d.help.as_deref(), Some("did you mean `swap`?"));
+    let hook =
+        "      webhooks:\n        - { name: h, type: pre-rolout, url: 'http://127.0.0.1:1/' }\n";
+    let c = check(&BASE.replace("stepWeight: 10\n", &format!("stepWeight: 10\n{hook}")));
+    assert_eq!(
+        c.report.diagnostics[0].help.as_deref(),
+        Some("did you mean `pre-rollout`?")
+    );
+    // Choices that are not single words, or nothing close: no guess.
+    assert_eq!(
+        choice_help("expected ip:port such as 0.0.0.0:8080 (got \"x\")"),
+        None
+    );
+    assert_eq!(
+        choice_help("expected swap or webhook (got \"canary\")"),
+        None
+    );
+}
