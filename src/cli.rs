@@ -301,15 +301,11 @@ fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
 }
 
 fn init_logging(default: &str, format: LogFormat) {
-    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     // Logs go to stderr so that stdout stays the command's own output (the demo's story,
     // `weir check`'s verdict); colour escapes only where a person reads a terminal.
-    let colour = ansi_wanted(
-        std::io::stderr().is_terminal(),
-        std::env::var_os("NO_COLOR").as_deref(),
-    );
+    let colour = stderr_colour();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(true)
@@ -318,6 +314,15 @@ fn init_logging(default: &str, format: LogFormat) {
         LogFormat::Text => builder.with_ansi(colour).try_init(),
         LogFormat::Json => builder.json().with_ansi(false).try_init(),
     };
+}
+
+/// Colour in what is written to stderr (logs, `weir check`'s report).
+fn stderr_colour() -> bool {
+    use std::io::IsTerminal;
+    ansi_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
 }
 
 /// ANSI colour in text logs: only on a terminal, and never when `NO_COLOR` is set to a
@@ -352,40 +357,20 @@ pub fn main() -> ExitCode {
         _ => init_logging("info", cli.log_format),
     }
     match cli.cmd {
-        Command::Check { config } => match config::load_file(&config) {
-            Ok(c) => {
-                if !c.warnings.is_empty() {
-                    let file = config.display().to_string();
-                    eprintln!("{}", config::format_warnings(&file, &c.warnings));
-                }
-                println!(
-                    "{}: ok ({} listeners, {} backends, {} routes, {} canaries)",
-                    config.display(),
-                    c.listeners.len(),
-                    c.table.backends.len(),
-                    c.table.routing.routes.len(),
-                    c.canaries.len()
-                );
+        Command::Check { config } => {
+            if config::diagnostics::check_command(&config, stderr_colour()) {
                 ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                eprintln!("{} error(s)", e.errors.len());
+            } else {
                 ExitCode::FAILURE
             }
-        },
+        }
         Command::Serve { config, workers } => {
-            let (raw, cfg) = match config::load_file_with_raw(&config) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::FAILURE;
-                }
+            // The same report as `weir check`; a file with any error never starts.
+            let checked = config::diagnostics::check_file(&config);
+            eprint!("{}", checked.report.render(stderr_colour()));
+            let Some((raw, cfg)) = checked.loaded else {
+                return ExitCode::FAILURE;
             };
-            if !cfg.warnings.is_empty() {
-                let file = config.display().to_string();
-                eprintln!("{}", config::format_warnings(&file, &cfg.warnings));
-            }
             let rt = match runtime(workers) {
                 Ok(rt) => rt,
                 Err(e) => {

@@ -7,7 +7,9 @@
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
 //!   also the `cluster:` settings, PEM/CA file loading, the raw affinity-state rule and the PURE syntax of
-//!   Flagger's query templates (`config::template`, shared by validation and the engine).
+//!   Flagger's query templates (`config::template`, shared by validation and the engine); `config::diagnostics`
+//!   collects every parse and validation error and warning of a file and renders them as cargo does
+//!   (`weir check`, `weir serve`, a SIGHUP reload).
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
 //! - [`affinity`]: PURE sticky canary/primary cookies and the rule that renews their values.
 //! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).

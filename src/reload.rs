@@ -49,10 +49,13 @@ impl Started {
 pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Reloaded, String> {
     // The whole file must validate, not only the table: a reload that would not
     // also start is refused.
-    let (raw, cfg) = config::load_file_with_raw(path).map_err(|e| e.to_string())?;
-    if !cfg.warnings.is_empty() {
-        let file = path.display().to_string();
-        tracing::warn!("{}", config::format_warnings(&file, &cfg.warnings));
+    // Errors and warnings in `weir check`'s form, without colour (a log line).
+    let checked = config::diagnostics::check_file(path);
+    let Some((raw, cfg)) = checked.loaded else {
+        return Err(checked.report.render(false));
+    };
+    if checked.report.warnings() > 0 {
+        tracing::warn!("{}", checked.report.render(false));
     }
 
     let was = &started.raw;

@@ -38,15 +38,19 @@ fn a_broken_config_prints_every_error_and_exits_1() {
     let out = weir().args(["check", "-c"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
+    // One report per error, cargo-style: the field, then where (at the value).
     for (line, field) in [
-        ("3:5", "listeners[0].address"),
+        ("3:14", "listeners[0].address"),
         ("6:17", "backends.b.endpoints[0]"),
-        ("9:5", "routes[0].primary"),
-        ("10:5", "routes[0].canaryWeight"),
+        ("9:14", "routes[0].primary"),
+        ("10:19", "routes[0].canaryWeight"),
     ] {
-        let needle = format!("broken.yaml:{line}: {field}");
+        let needle = format!("error: {field}: ");
+        assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
+        let needle = format!("broken.yaml:{line}\n");
         assert!(err.contains(&needle), "missing {needle:?} in:\n{err}");
     }
+    assert!(err.ends_with("` due to 4 previous errors\n"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -63,8 +67,13 @@ fn a_config_with_warnings_passes_check_and_prints_them_with_the_field() {
     let out = weir().args(["check", "-c"]).arg(&path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
-    let needle = "capped.yaml:17:31: warning: canaries[0].analysis.stepWeights[3]:";
-    assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    for needle in [
+        "warning: canaries[0].analysis.stepWeights[3]: 200 is above 100",
+        "capped.yaml:17:31\n",
+        "capped.yaml` generated 1 warning\n",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    }
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -79,10 +79,11 @@ async fn sighup_applies_a_valid_table_and_refuses_an_invalid_file_untouched() {
     weir.signal("-HUP");
     weir.wait_line("config reload refused", Duration::from_secs(20))
         .expect("no refusal logged");
+    // Every error is logged in `weir check`'s form, the field first.
     let why = weir
-        .wait_line("canaryWeight", Duration::from_secs(5))
+        .wait_line("routes[0].canaryWeight", Duration::from_secs(5))
         .expect("the refusal names the field");
-    assert!(why.contains("routes[0].canaryWeight"), "{why}");
+    assert!(why.contains("error: routes[0].canaryWeight: "), "{why}");
     assert!(weir.running(), "an invalid reload stopped the process");
     let (_, tag) = admin_get(admin, "/api/v1/table").await;
     assert_eq!(tag, v1_tag, "the table version moved on a refused reload");

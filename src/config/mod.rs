@@ -7,20 +7,30 @@
 //! that could not be loaded from a file can never be installed at run time
 //! either. Nothing in this module panics on user input.
 //!
+//! Reporting: [`diagnostics`] finds every problem of a file at once (parse
+//! errors too: `recover` repairs a copy of the text where the reader stopped,
+//! through `yaml_edit`, and reads on; `yaml_tree` keeps the byte spans by field
+//! path; `suggest` gives "did you mean"), and the warnings of `validate::lint`.
+//!
 //! Layering: `config` imports only the pure modules (`routing`, `affinity`,
 //! `headers`); what it validates for the layers above lives here too
 //! ([`cluster`] settings, [`tls`] file loading, the raw [`affinity`] rule).
 
 pub mod affinity;
 pub mod cluster;
+pub mod diagnostics;
 mod duration;
 mod locate;
 pub mod raw;
 mod raw_policies;
 mod raw_templates;
 pub mod template;
+mod recover;
+mod suggest;
 pub mod tls;
 mod validate;
+mod yaml_edit;
+mod yaml_tree;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};
 pub use locate::Locations;
@@ -117,48 +127,19 @@ pub fn parse_yaml(src: &str, label: &str, base: &Path) -> Result<Config, ConfigE
     parse_yaml_with_raw(src, label, base).map(|(_, cfg)| cfg)
 }
 
-/// [`parse_yaml`], also returning the text as parsed before validation.
+/// [`parse_yaml`], also returning the text as parsed before validation. The
+/// errors are every parse and validation error of the text
+/// ([`diagnostics::check_source`]).
 pub fn parse_yaml_with_raw(
     src: &str,
     label: &str,
     base: &Path,
 ) -> Result<(raw::RawConfig, Config), ConfigErrors> {
-    let raw: raw::RawConfig = match serde_saphyr::from_str(src) {
-        Ok(r) => r,
-        Err(e) => {
-            let location = e
-                .location()
-                .map(|l| (l.line() as usize, l.column() as usize));
-            return Err(ConfigErrors {
-                file: label.to_string(),
-                errors: vec![ConfigError {
-                    path: String::new(),
-                    reason: clean_serde_message(&e.to_string()),
-                    location,
-                }],
-            });
-        }
-    };
-    let locations = Locations::index(src);
-    let locate = |list: &mut Vec<ConfigError>| {
-        for e in list.iter_mut() {
-            e.location = locations.find(&e.path);
-        }
-        list.sort_by_key(|e| e.location.unwrap_or((usize::MAX, 0)));
-    };
-    let validated = validate::validate(raw.clone(), base);
-    validated
-        .map(|mut cfg| {
-            locate(&mut cfg.warnings);
-            (raw, cfg)
-        })
-        .map_err(|mut errors| {
-            locate(&mut errors);
-            ConfigErrors {
-                file: label.to_string(),
-                errors,
-            }
-        })
+    let checked = diagnostics::check_source(src, label, base);
+    match checked.loaded {
+        Some(loaded) => Ok(loaded),
+        None => Err(checked.report.config_errors()),
+    }
 }
 
 /// The warnings of a loaded config, one per line, as errors are printed
@@ -176,26 +157,6 @@ pub fn format_warnings(file: &str, warnings: &[ConfigError]) -> String {
         out.push_str(&format!("{at}: warning: {}: {}", w.path, w.reason));
     }
     out
-}
-
-/// serde-saphyr prefixes messages with their own location and may render a
-/// source snippet over several lines; keep the first line only, since the
-/// location is printed by us.
-fn clean_serde_message(msg: &str) -> String {
-    let first = msg.lines().next().unwrap_or(msg).trim();
-    let first = first.strip_prefix("error: ").unwrap_or(first);
-    // Drop a leading "line N column M: " (we print file:line:col ourselves).
-    if let Some(rest) = first.strip_prefix("line ") {
-        if let Some((pos, msg)) = rest.split_once(": ") {
-            if pos
-                .split(" column ")
-                .all(|n| n.trim().parse::<u64>().is_ok())
-            {
-                return msg.to_string();
-            }
-        }
-    }
-    first.to_string()
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@ fn unknown_fields_and_wrong_types_are_errors_with_location() {
     let e = errors(&GOOD.replace("canaryWeight: 10", "canaryWeight: 10\n    canaryWieght: 20"));
     let text = e.to_string();
     assert!(
-        text.starts_with("t.yaml:15:5: unknown field `canaryWieght`"),
+        text.starts_with("t.yaml:15:5: routes[0]: unknown field `canaryWieght`"),
         "{text}"
     );
     assert!(e.errors[0].location.is_some_and(|(l, _)| l == 15), "{text}");

@@ -11,6 +11,7 @@ mod alerts;
 mod backends;
 mod canary;
 mod canary_types;
+mod lint;
 mod listeners;
 mod policies;
 mod routes;
@@ -108,9 +109,14 @@ impl Errors {
     }
 }
 
-/// Validates a whole file's worth of configuration.
-pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>> {
+/// Validates a whole file's worth of configuration: the config or every
+/// error, and every warning either way (`weir check` prints both).
+pub fn validate_all(
+    raw: RawConfig,
+    base: &Path,
+) -> (Result<Config, Vec<ConfigError>>, Vec<ConfigError>) {
     let mut errs = Errors::new();
+    lint::warn_ignored(&raw, &mut errs);
     let listeners = validate_listeners(&raw.listeners, base, &mut errs);
     let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
     let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
@@ -154,9 +160,10 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
             .ok()
     });
     if !errs.0.is_empty() {
-        return Err(errs.0);
+        return (Err(errs.0), errs.1);
     }
-    Ok(Config {
+    let warnings = errs.1.clone();
+    let cfg = Config {
         listeners,
         admin,
         table: table.expect("no errors implies a table"),
@@ -166,7 +173,8 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         cluster,
         alert_providers,
         warnings: errs.1,
-    })
+    };
+    (Ok(cfg), warnings)
 }
 
 /// Validates and compiles backends + routes (used by the loader and by every
