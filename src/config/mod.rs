@@ -196,4 +196,6 @@ fn clean_serde_message(msg: &str) -> String {
 }
 
 #[cfg(test)]
+mod match_tests;
+#[cfg(test)]
 mod tests;
