@@ -24,6 +24,25 @@ pub struct Imported {
     pub canary: Y,
     /// A template it uses reads Istio's series (`admin.flaggerMetrics`).
     pub istio_series: bool,
+    /// The Service's names inside the cluster, for a route that has no
+    /// `hosts` and must be told from another canary's; empty when it has hosts.
+    pub cluster_hosts: Vec<String>,
+}
+
+impl Imported {
+    /// Gives the route the Service's cluster names as hosts (the route had
+    /// none, and another canary's route would serve the same requests).
+    pub fn use_cluster_hosts(&mut self) -> bool {
+        let Y::Map(route) = &mut self.route else {
+            return false;
+        };
+        if self.cluster_hosts.is_empty() {
+            return false;
+        }
+        let hosts = self.cluster_hosts.iter().cloned().map(Y::Str).collect();
+        route.insert(1, Entry::new("hosts", Y::Seq(hosts)));
+        true
+    }
 }
 
 /// The placeholder of a slot's endpoint: `weir check` refuses it (a host
@@ -33,7 +52,8 @@ pub fn placeholder(slot: &str, port: i64) -> String {
 }
 
 fn spec_reason(path: &str) -> Option<String> {
-    Some(match path {
+    let path = path.replace("spec.canaryAnalysis.", "spec.analysis.");
+    Some(match path.as_str() {
         "spec.provider" => "weir is the router: there is no mesh or ingress controller to drive".into(),
         "spec.autoscalerRef" => "weir does not scale workloads: size each slot's endpoint list yourself".into(),
         "spec.ingressRef" | "spec.routeRef" | "spec.upstreamRef" => {
@@ -98,6 +118,8 @@ pub fn canary(
     let (blue, green) = (format!("{target}-blue"), format!("{target}-green"));
 
     let mut route = vec![Entry::new("name", Y::str(name))];
+    let mut service_name = target.clone();
+    let mut has_hosts = false;
     let mut port = 80;
     let mut target_port = 80;
     if let Some(mut s) = spec.child("service", notes) {
@@ -118,7 +140,11 @@ pub fn canary(
             .into_iter()
             .filter_map(|h| h.as_str().map(str::to_string))
             .collect();
+        if let Some(Value::String(n)) = s.peek("name") {
+            service_name = n.clone();
+        }
         if !hosts.is_empty() && !hosts.iter().any(|h| h == "*") {
+            has_hosts = true;
             route.push(Entry::new(
                 "hosts",
                 Y::Seq(hosts.into_iter().map(Y::Str).collect()),
@@ -227,6 +253,15 @@ pub fn canary(
         route: Y::Map(route),
         canary: Y::Map(canary),
         istio_series,
+        cluster_hosts: if has_hosts {
+            Vec::new()
+        } else {
+            vec![
+                service_name.clone(),
+                format!("{service_name}.{ns}"),
+                format!("{service_name}.{ns}.svc.cluster.local"),
+            ]
+        },
     }
 }
 

@@ -17,6 +17,9 @@ mod node;
 mod resources;
 pub mod yaml;
 
+#[cfg(test)]
+mod tests;
+
 pub use canary::placeholder;
 pub use node::Note;
 
@@ -215,6 +218,7 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
     let (mut backends, mut routes, mut canaries) = (Vec::new(), Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
     let mut istio = false;
+    let several = canary_docs.len() > 1;
     for mut d in canary_docs {
         let subject = format!("Canary {}/{} ({})", d.namespace, d.name, d.file);
         let mut n = Notes {
@@ -229,7 +233,19 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
             n.add("spec", "missing; the manifest is skipped");
             continue;
         };
-        let c = canary::canary(&d.name, &d.namespace, spec, &refs, &mut n);
+        let mut c = canary::canary(&d.name, &d.namespace, spec, &refs, &mut n);
+        // One route without hosts serves any host; two would serve the
+        // same requests (weir refuses that).
+        if several && c.use_cluster_hosts() {
+            n.add(
+                "spec.service.hosts",
+                format!(
+                    "not set: with several canaries, the route answers to the Service's names in the \
+                     cluster ({}); change them to the names clients use",
+                    c.cluster_hosts.join(", ")
+                ),
+            );
+        }
         d.node.finish(&mut n, metadata_reason);
         ports.insert(c.port);
         backends.extend(c.backends);
