@@ -6,7 +6,8 @@
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
-//!   also the `cluster:` settings, PEM/CA file loading and the raw affinity-state rule.
+//!   also the `cluster:` settings, PEM/CA file loading, the raw affinity-state rule and the PURE syntax of
+//!   Flagger's query templates (`config::template`, shared by validation and the engine).
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
 //! - [`affinity`]: PURE sticky canary/primary cookies and the rule that renews their values.
 //! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).
@@ -27,7 +28,8 @@
 //! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`).
 //! - [`endpoints`]: the endpoint feature: the tasks that probe endpoints and tick rolling updates, and the
 //!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
-//! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks,
+//! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks
+//!   (built-ins, Prometheus, `metricTemplates` with the `web` provider),
 //!   its `/metrics` series (`rollout::exporter`, also under Flagger's names).
 //! - [`console`]: the web console at `/ui/` (files compiled in, strict CSP); it reads the API like any client.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.

@@ -10,8 +10,8 @@
 //! errors are returned with their positions); change a route a canary drives (the
 //! engine owns its weights, match, mirror, affinity state and, after a swap, its
 //! slots: that route keeps its running definition, and the file's applies at the next
-//! start); apply listeners, admin, proxy, canaries, rollout or cluster changes (they
-//! are named as needing a restart).
+//! start); apply listeners, admin, proxy, canaries, metric templates, rollout or cluster
+//! changes (they are named as needing a restart).
 
 use crate::config::raw::RawConfig;
 use crate::config::{self, ConfigErrors};
@@ -61,6 +61,10 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
         ("admin", was.admin != raw.admin),
         ("proxy", was.proxy != raw.proxy),
         ("canaries", was.canaries != raw.canaries),
+        (
+            "metricTemplates",
+            was.metric_templates != raw.metric_templates,
+        ),
         ("rollout", was.rollout != raw.rollout),
         ("cluster", was.cluster != raw.cluster),
     ]

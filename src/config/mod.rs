@@ -17,6 +17,8 @@ mod duration;
 mod locate;
 pub mod raw;
 mod raw_policies;
+mod raw_templates;
+pub mod template;
 pub mod tls;
 mod validate;
 
@@ -29,6 +31,7 @@ pub use validate::{
     Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
     UpstreamTls,
 };
+pub use validate::{validate_json_path, MetricTemplate, WebMetric, DEFAULT_WEB_TIMEOUT};
 pub use validate::{
     AlertProvider, AlertRule, BudgetSettings, CircuitBreakerLimits, ProviderKind, RateKey,
     RateLimitPolicy, RetryOn, RetryPolicy, RoutePolicies, Secret, Severity, DEFAULT_ALERT_RETRIES,

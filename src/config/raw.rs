@@ -8,13 +8,17 @@
 //! Kept whole although it is a little over 600 lines: it is one concern, the
 //! schema, read top to bottom in the order of DESIGN §3 (a field is found by
 //! its place in the file), and splitting it would only scatter that order.
-//! The resilience policies' own blocks live in `raw_policies`, re-exported here.
+//! The resilience policies' own blocks live in `raw_policies`, the metric templates'
+//! in `raw_templates`, both re-exported here.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub use super::raw_policies::{
     RawBackoff, RawCircuitBreaker, RawRateLimit, RawRetries, RawRetryBudget,
+};
+pub use super::raw_templates::{
+    RawMetricTemplate, RawTemplateHeader, RawTemplateProvider, RawTemplateRef,
 };
 
 /// The whole file.
@@ -49,6 +53,10 @@ pub struct RawConfig {
     /// Where `analysis.alerts` send their notifications, by name (Flagger's `AlertProvider`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub alert_providers: BTreeMap<String, RawAlertProvider>,
+    /// Reusable metric queries by name (Flagger's `MetricTemplate`), used by
+    /// `analysis.metrics[].templateRef`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metric_templates: BTreeMap<String, RawMetricTemplate>,
 }
 
 /// One `alertProviders:` entry. Its `Debug` hides `address` (a chat webhook URL is a secret).
@@ -722,6 +730,12 @@ pub struct RawMetric {
     /// Measure, show and export the metric, but never count it as a failed check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
+    /// The `metricTemplates` entry this metric runs (instead of `query`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ref: Option<RawTemplateRef>,
+    /// Values of `{{ variables.X }}` in the template or the query.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub template_variables: BTreeMap<String, String>,
 }
 
 /// `compare:` of the `baseline-comparison` metric (DESIGN §15).

@@ -33,7 +33,7 @@ pub use crate::config::MetricKind;
 
 /// The `namespace` of webhook payloads and of `{{ namespace }}` in queries: weir has no
 /// namespaces, Flagger receivers and pasted queries expect one.
-pub const NAMESPACE: &str = "default";
+pub const NAMESPACE: &str = crate::config::template::NAMESPACE;
 
 /// Everything the engine runs one canary with.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +73,14 @@ pub struct MetricSource {
     /// Fewer requests than this in the window is a failed check (built-ins only);
     /// 0 lets an empty window pass.
     pub min_requests: u64,
+    /// The metric template the kind came from, named in the reasons of its checks.
+    pub template: Option<String>,
+    /// Values of `{{ variables.X }}` (`templateVariables`).
+    pub variables: BTreeMap<String, String>,
+    /// Bearer token sent to the provider.
+    pub token: Option<crate::config::Secret>,
+    /// Extra request headers to the provider: names and value templates.
+    pub headers: Vec<(String, String)>,
 }
 
 fn ms(d: Duration) -> u64 {
@@ -100,6 +108,10 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
         .map(|m| MetricSource {
             kind: m.kind.clone(),
             min_requests: m.min_requests,
+            template: m.template.clone(),
+            variables: m.variables.clone(),
+            token: m.token.clone(),
+            headers: m.headers.clone(),
         })
         .collect();
     let webhooks = a

@@ -16,11 +16,11 @@
 //!   carries the judgement (every quantity's class, estimate and interval).
 //! - `dryRun` on any metric: measured and recorded like the others; the machine never
 //!   counts it as a failed check.
-//! - Custom: `query` is sent to `prometheusUrl` + `/api/v1/query` with the template
-//!   variables `{{ name }}` (canary), `{{ namespace }}` (`default`), `{{ route }}` and
-//!   `{{ target }}` (the route) and `{{ interval }}` (the metric's interval as a PromQL
-//!   duration) replaced. The first sample of the result is the value; an empty result,
-//!   NaN or an error is a failed check.
+//! - Custom: `query` is sent to `prometheusUrl` + `/api/v1/query`, a `metricTemplates`
+//!   entry to its provider (Prometheus, or `web`: [`super::web_metric`]), with Flagger's
+//!   template variables rendered ([`super::templates`]). The first sample of the result
+//!   is the value; an empty result, NaN or an error is a failed check, whose reason names
+//!   the template.
 //!
 //! The window of the stats is the metric's interval rounded up to whole seconds; the
 //! current second counts, partly elapsed. Use intervals of a few seconds at least.
@@ -28,11 +28,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::convert::{CanaryDef, MetricKind, MetricSource, NAMESPACE};
+use super::convert::{CanaryDef, MetricKind, MetricSource};
 use super::dataplane::{encode, Fleet, RoleStats};
 use super::http::HttpClient;
 use super::machine::{CanaryState, MetricResult};
 use super::spec::MetricSpec;
+use super::{templates, web_metric};
 use crate::stats::compare::{self, CompareParams};
 use crate::stats::Role;
 
@@ -55,51 +56,7 @@ pub fn window_secs(metric: &MetricSpec) -> u64 {
 
 /// A PromQL duration for `ms` (`90s`, `2m`, `500ms`).
 pub fn promql_duration(ms: u64) -> String {
-    if ms.is_multiple_of(60_000) && ms > 0 {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) && ms > 0 {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{}ms", ms.max(1))
-    }
-}
-
-/// Replaces `{{ var }}` (any spacing) by its value; unknown variables are left as written
-/// so that the query error names them.
-pub fn render_query(query: &str, vars: &BTreeMap<&str, String>) -> String {
-    let mut out = String::with_capacity(query.len());
-    let mut rest = query;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        match after.find("}}") {
-            Some(end) => {
-                let key = after[..end].trim();
-                match vars.get(key) {
-                    Some(v) => out.push_str(v),
-                    None => out.push_str(&rest[start..start + 2 + end + 2]),
-                }
-                rest = &after[end + 2..];
-            }
-            None => {
-                out.push_str(&rest[start..]);
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The template variables of one metric.
-pub fn query_vars(def: &CanaryDef, metric: &MetricSpec) -> BTreeMap<&'static str, String> {
-    BTreeMap::from([
-        ("name", def.spec.name.clone()),
-        ("namespace", NAMESPACE.to_string()),
-        ("route", def.route.clone()),
-        ("target", def.route.clone()),
-        ("interval", promql_duration(metric.interval_ms)),
-    ])
+    crate::config::template::prometheus_duration(Duration::from_millis(ms))
 }
 
 /// Reads the first sample of a Prometheus `/api/v1/query` answer.
@@ -226,26 +183,24 @@ pub fn comparison_result(
     }
 }
 
-/// Runs a Prometheus query and judges its value.
+/// Runs a Prometheus query (an inline `query` or a `prometheus` template) and judges
+/// its value. A failure's reason names the template, if any.
 pub async fn prometheus_result(
     client: &HttpClient,
     def: &CanaryDef,
     metric: &MetricSpec,
+    source: &MetricSource,
     url: &str,
     query: &str,
 ) -> MetricResult {
-    let rendered = render_query(query, &query_vars(def, metric));
-    let full = format!("{url}/api/v1/query?query={}", encode(&rendered));
-    let value = match client.get(&full, &[], PROMETHEUS_TIMEOUT).await {
-        Ok(r) if (200..300).contains(&r.status) || r.status == 400 || r.status == 422 => {
-            parse_prometheus(&r.body)
-        }
-        Ok(r) => Err(format!(
-            "Prometheus answered HTTP {}: {}",
-            r.status,
-            r.snippet(200)
-        )),
-        Err(e) => Err(format!("Prometheus unreachable: {e}")),
+    let vars = templates::vars(def, metric, source);
+    let request = templates::render(query, &vars, source)
+        .and_then(|q| Ok((q, templates::provider_headers(source, &vars)?)));
+    let value = match request {
+        Ok((rendered, headers)) => run_query(client, &headers, url, &rendered)
+            .await
+            .map_err(|e| templates::label(source, &e)),
+        Err(e) => Err(e),
     };
     match value {
         Ok(v) => {
@@ -270,6 +225,27 @@ pub async fn prometheus_result(
     }
 }
 
+/// `GET {url}/api/v1/query?query=…` and the first sample of the answer.
+async fn run_query(
+    client: &HttpClient,
+    headers: &[(&str, String)],
+    url: &str,
+    rendered: &str,
+) -> Result<f64, String> {
+    let full = format!("{url}/api/v1/query?query={}", encode(rendered));
+    match client.get(&full, headers, PROMETHEUS_TIMEOUT).await {
+        Ok(r) if (200..300).contains(&r.status) || r.status == 400 || r.status == 422 => {
+            parse_prometheus(&r.body)
+        }
+        Ok(r) => Err(format!(
+            "Prometheus answered HTTP {}: {}",
+            r.status,
+            r.snippet(200)
+        )),
+        Err(e) => Err(format!("Prometheus unreachable: {e}")),
+    }
+}
+
 /// Measures every metric of the canary (stats read once per distinct window).
 pub async fn measure(
     client: &HttpClient,
@@ -289,15 +265,26 @@ pub async fn measure(
         .enumerate()
     {
         let result = match &source.kind {
-            MetricKind::Prometheus { url, query } => {
+            MetricKind::Prometheus { .. } | MetricKind::Web(_) => {
                 let ca = def.metric_ca_files.get(i).cloned().flatten();
-                match client.trusting(ca.as_deref()) {
-                    Ok(c) => prometheus_result(&c, def, metric, url, query).await,
-                    Err(e) => MetricResult {
+                match (client.trusting(ca.as_deref()), &source.kind) {
+                    (Ok(c), MetricKind::Prometheus { url, query }) => {
+                        prometheus_result(&c, def, metric, source, url, query).await
+                    }
+                    (Ok(c), MetricKind::Web(web)) => {
+                        let vars = templates::vars(def, metric, source);
+                        web_metric::web_result(&c, metric, source, web, &vars).await
+                    }
+                    (Ok(_), _) => MetricResult {
+                        name: metric.name.clone(),
+                        reason: "not a provider metric".to_string(),
+                        ..MetricResult::default()
+                    },
+                    (Err(e), _) => MetricResult {
                         name: metric.name.clone(),
                         value: None,
                         passed: false,
-                        reason: format!("caFile: {e}"),
+                        reason: templates::label(source, &format!("caFile: {e}")),
                         dry_run: false,
                         judgement: None,
                     },
@@ -371,6 +358,10 @@ mod tests {
     const SR: MetricSource = MetricSource {
         kind: MetricKind::SuccessRate,
         min_requests: 10,
+        template: None,
+        variables: BTreeMap::new(),
+        token: None,
+        headers: Vec::new(),
     };
 
     #[test]
@@ -386,7 +377,7 @@ mod tests {
         let d = metric("request-duration", None, Some(100.0));
         let src = MetricSource {
             kind: MetricKind::Duration,
-            min_requests: 10,
+            ..SR
         };
         let slow = builtin_result(&d, &src, &stats(50, 0, 300_000), Role::Canary);
         assert!(!slow.passed);
@@ -466,8 +457,8 @@ mod tests {
         let none = builtin_result(&m, &SR, &RoleStats::empty(5), Role::Canary);
         assert!(!none.passed, "no traffic is not a pass");
         let zero = MetricSource {
-            kind: MetricKind::SuccessRate,
             min_requests: 0,
+            ..SR
         };
         assert!(builtin_result(&m, &zero, &RoleStats::empty(5), Role::Canary).passed);
         // With traffic, minRequests 0 still judges the value.
@@ -485,19 +476,8 @@ mod tests {
     }
 
     #[test]
-    fn query_templates_and_prometheus_answers() {
-        let vars = BTreeMap::from([
-            ("name", "app".to_string()),
-            ("route", "web".to_string()),
-            ("interval", promql_duration(60_000)),
-        ]);
-        assert_eq!(
-            render_query(
-                r#"rate(x{route="{{ route }}",c="{{name}}"}[{{  interval }}]) {{ other }} {{"#,
-                &vars
-            ),
-            r#"rate(x{route="web",c="app"}[1m]) {{ other }} {{"#
-        );
+    fn interval_durations_and_prometheus_answers() {
+        assert_eq!(promql_duration(60_000), "1m");
         assert_eq!(promql_duration(90_000), "90s");
         assert_eq!(promql_duration(500), "500ms");
         let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000.1,"99.5"]}]}}"#;

@@ -13,7 +13,8 @@
 //!   sums their stats.
 //! - [`metrics`]: the built-in checks (`request-success-rate`, `request-duration`, the
 //!   `baseline-comparison` judge) from the summed stats, with the no-traffic guard, and
-//!   custom Prometheus queries.
+//!   custom Prometheus queries; [`templates`] renders `metricTemplates` and queries with
+//!   their variables, [`web_metric`] is the `web` provider (JSON over HTTP, a JSONPath).
 //! - [`webhooks`]: Flagger's webhook payload and pass rule, retries, and the per-canary
 //!   queue of non-gating calls.
 //! - [`driver`]: the [`Engine`]: one task per canary running tick → plan → hooks and
@@ -43,6 +44,8 @@ pub mod http;
 pub mod machine;
 pub mod metrics;
 pub mod spec;
+pub mod templates;
+pub mod web_metric;
 pub mod webhooks;
 
 pub use convert::{canary_def, CanaryDef, RouteChange};

@@ -35,6 +35,10 @@ pub(super) fn validate_canaries(
     raw: &[RawCanary],
     table: &RawTable,
     providers: &BTreeMap<String, RawAlertProvider>,
+    (templates, raw_templates): (
+        &BTreeMap<String, MetricTemplate>,
+        &BTreeMap<String, RawMetricTemplate>,
+    ),
     base: &Path,
     errs: &mut Errors,
 ) -> Vec<CanaryConfig> {
@@ -209,8 +213,25 @@ pub(super) fn validate_canaries(
                     format!("duplicate metric {:?}", m.name),
                 );
             }
+            let metric_interval = errs.duration(&format!("{mp}.interval"), &m.interval, interval);
+            let vars = crate::config::template::TemplateVars {
+                name: c.name.clone(),
+                namespace: crate::config::template::NAMESPACE.to_string(),
+                target: c.route.clone(),
+                interval: crate::config::template::prometheus_duration(metric_interval),
+                variables: m.template_variables.clone(),
+            };
+            let resolved = use_template(&mp, m, templates, raw_templates, &vars, errs);
+            if m.template_ref.is_none() && m.query.is_none() && !m.template_variables.is_empty() {
+                errs.push(
+                    format!("{mp}.templateVariables"),
+                    "only a metric with a templateRef or a query uses templateVariables",
+                );
+            }
             let kind = match (&m.query, &m.prometheus_url) {
+                _ if m.template_ref.is_some() => resolved.as_ref().map(|r| r.kind.clone()),
                 (Some(query), Some(url)) => {
+                    check_inline_query(&mp, query, &vars, errs);
                     super::alerts::check_url(&format!("{mp}.prometheusUrl"), url, errs);
                     Some(MetricKind::Prometheus {
                         url: url.trim_end_matches('/').to_string(),
@@ -286,7 +307,6 @@ pub(super) fn validate_canaries(
                 }
                 (kind, None) => kind,
             };
-            let metric_interval = errs.duration(&format!("{mp}.interval"), &m.interval, interval);
             let min_requests = errs.int_in(
                 &format!("{mp}.minRequests"),
                 m.min_requests,
@@ -302,13 +322,23 @@ pub(super) fn validate_canaries(
                     max: m.threshold_range.as_ref().and_then(|t| t.max),
                     interval: metric_interval,
                     min_requests: small(min_requests, DEFAULT_MIN_REQUESTS),
-                    ca_file: super::alerts::check_ca_file(
-                        &format!("{mp}.caFile"),
-                        &m.ca_file,
-                        base,
-                        errs,
-                    ),
+                    ca_file: match &resolved {
+                        Some(r) => r.ca_file.clone(),
+                        None => super::alerts::check_ca_file(
+                            &format!("{mp}.caFile"),
+                            &m.ca_file,
+                            base,
+                            errs,
+                        ),
+                    },
                     dry_run: m.dry_run.unwrap_or(false),
+                    template: resolved.as_ref().and_then(|r| r.template.clone()),
+                    variables: m.template_variables.clone(),
+                    token: resolved.as_ref().and_then(|r| r.token.clone()),
+                    headers: resolved
+                        .as_ref()
+                        .map(|r| r.headers.clone())
+                        .unwrap_or_default(),
                 });
             }
         }

@@ -140,6 +140,15 @@ pub struct CanaryMetric {
     pub ca_file: Option<std::path::PathBuf>,
     /// Measured and shown, never counted as a failed check (`dryRun: true`).
     pub dry_run: bool,
+    /// The `metricTemplates` entry the kind came from (`templateRef.name`), for messages.
+    pub template: Option<String>,
+    /// Values of `{{ variables.X }}` (`templateVariables`), each one used checked.
+    pub variables: BTreeMap<String, String>,
+    /// Bearer token sent to the provider (the template's `tokenFile`).
+    pub token: Option<super::alerts::Secret>,
+    /// Extra request headers to the provider (the template's `headers`: names and value
+    /// templates).
+    pub headers: Vec<(String, String)>,
 }
 
 /// Where a metric's value comes from.
@@ -151,14 +160,16 @@ pub enum MetricKind {
     /// P99 latency in ms of the canary (or mirror) role, from the proxies' stats
     /// (`request-duration`).
     Duration,
-    /// A PromQL query against a Prometheus server (`{{ name }}`, `{{ interval }}`,
-    /// `{{ route }}`, `{{ namespace }}` substituted).
+    /// A PromQL query against a Prometheus server: an inline `query`, or a `prometheus`
+    /// metric template (the variables of `crate::config::template` substituted).
     Prometheus {
         /// Server base URL without a trailing `/`, e.g. `http://127.0.0.1:9090`.
         url: String,
-        /// The query template.
+        /// The query template, its syntax and variables checked.
         query: String,
     },
+    /// A JSON document from a URL, the value at a JSONPath (a `web` metric template).
+    Web(super::templates::WebMetric),
     /// The canary against the primary in the same window (`baseline-comparison`): the
     /// judge's score, 0..100.
     BaselineComparison(CompareParams),

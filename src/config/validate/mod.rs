@@ -14,6 +14,7 @@ mod canary_types;
 mod listeners;
 mod policies;
 mod routes;
+mod templates;
 mod types;
 
 use alerts::*;
@@ -35,6 +36,8 @@ pub use policies::{
     RoutePolicies, MAX_RETRY_ATTEMPTS,
 };
 use routes::*;
+use templates::*;
+pub use templates::{validate_json_path, MetricTemplate, WebMetric, DEFAULT_WEB_TIMEOUT};
 pub use types::*;
 
 use super::duration::parse_duration;
@@ -125,10 +128,12 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
     }
     let table = compile_into(&table_raw, &mut errs);
     let alert_providers = validate_alert_providers(&raw.alert_providers, base, &mut errs);
+    let templates = validate_templates(&raw.metric_templates, &raw.canaries, base, &mut errs);
     let canaries = validate_canaries(
         &raw.canaries,
         &table_raw,
         &raw.alert_providers,
+        (&templates, &raw.metric_templates),
         base,
         &mut errs,
     );

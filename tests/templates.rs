@@ -1,0 +1,294 @@
+//! End-to-end tests of `metricTemplates` (DESIGN §13): whole runs of the engine whose
+//! metrics come from templates, served by a fake Prometheus and a fake JSON API on
+//! 127.0.0.1 that record what they were asked; a provider that is down; and `weir check`
+//! on a config with template errors.
+//!
+//! The template metrics need no proxy traffic (their values come from the providers),
+//! so the runs are deterministic: every wait is a bounded poll on the engine's status.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::*;
+use weir::app::RunningApp;
+use weir::rollout::{CanaryStatus, ManualCommand, Phase};
+
+/// Longest wait for any one condition.
+const WAIT: Duration = Duration::from_secs(40);
+
+/// A weir with slots `app-blue` / `app-green`, route `web`, canary `app` on it with a
+/// 300 ms interval, `top` more top-level YAML and `metrics` its metric list (8 spaces).
+fn config(blue: &str, green: &str, top: &str, metrics: &str) -> String {
+    format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n{top}backends:\n  app-blue:\n    endpoints: [\"{blue}\"]\n  app-green:\n    endpoints: [\"{green}\"]\nroutes:\n  - name: web\n    primary: app-blue\n    canary: app-green\ncanaries:\n  - name: app\n    route: web\n    analysis:\n      interval: 300ms\n      threshold: 2\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n{metrics}"
+    )
+}
+
+/// Two echo backends for the slots (the template metrics never send them traffic).
+async fn slots() -> (weir::echo::EchoHandle, weir::echo::EchoHandle) {
+    (echo("v1").await, echo("v2").await)
+}
+
+async fn start(yaml: &str) -> RunningApp {
+    let cfg = weir::config::parse_yaml(yaml, "test.yaml", std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{yaml}"));
+    weir::app::start(cfg).await.expect("start app")
+}
+
+/// Starts a run of `app` and waits for its end.
+async fn run(app: &RunningApp) -> CanaryStatus {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let status = || app.engine.status("app").expect("canary app");
+    while status().phase != Phase::Initialized {
+        assert!(tokio::time::Instant::now() < deadline, "{:#?}", status());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let out = app
+        .engine
+        .command(
+            "app",
+            ManualCommand::Start {
+                revision: "v2".into(),
+            },
+        )
+        .await
+        .expect("command delivered");
+    assert!(out.accepted, "{}", out.message);
+    loop {
+        let s = status();
+        if matches!(s.phase, Phase::Succeeded | Phase::Failed) && s.revision.is_some() {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not end: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An HTTP/1.1 200 answer with a JSON body.
+fn json(body: &str) -> Reply {
+    Reply::Send(
+        vec![format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()],
+        false,
+    )
+}
+
+/// The request target (`/path?query`) of a request head.
+fn target(head: &str) -> String {
+    head.split_whitespace().nth(1).unwrap_or("").to_string()
+}
+
+/// The decoded `query` parameter of a request target.
+fn query_param(target: &str) -> Option<String> {
+    let (_, q) = target.split_once('?')?;
+    form_urlencoded::parse(q.as_bytes())
+        .find(|(k, _)| k == "query")
+        .map(|(_, v)| v.into_owned())
+}
+
+/// What a fake provider was asked: request heads, in order.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_template_is_rendered_with_flaggers_variables_and_judged() {
+    // The fake Prometheus answers 0.5 (% errors) to any query.
+    let prom = scripted(|_, _| {
+        json(r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000,"0.5"]}]}}"#)
+    })
+    .await;
+    let top = format!(
+        "metricTemplates:\n  error-rate:\n    provider: {{ type: prometheus, address: \"http://{}\", headers: [{{ key: X-Scope-OrgID, value: \"tenant-{{{{ name }}}}\" }}] }}\n    query: |\n      100 - sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\",code!~\"{{{{ variables.code }}}}\"}}[{{{{ interval }}}}]))\n          / sum(rate(weir_requests_total{{route=\"{{{{ target }}}}\",role=\"canary\"}}[{{{{interval}}}}])) * 100 + 0 * count(up{{job=\"{{{{ name }}}}\",ns=\"{{{{ namespace }}}}\"}})\n",
+        prom.addr
+    );
+    let metrics = "        - name: error-rate\n          templateRef: { name: error-rate, namespace: default }\n          templateVariables: { code: \"5..\" }\n          thresholdRange: { max: 1 }\n          interval: 1m\n";
+    let (v1, v2) = slots().await;
+    let app = start(&config(
+        &v1.addr.to_string(),
+        &v2.addr.to_string(),
+        &top,
+        metrics,
+    ))
+    .await;
+    let done = run(&app).await;
+    assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
+    let check = done
+        .events
+        .iter()
+        .flat_map(|e| e.checks.iter())
+        .find(|c| c.name == "error-rate")
+        .expect("an error-rate check");
+    assert!(check.passed && check.value == Some(0.5), "{check:?}");
+    let heads = prom.heads.lock().unwrap().clone();
+    assert!(!heads.is_empty());
+    let want = "100 - sum(rate(weir_requests_total{route=\"web\",role=\"canary\",code!~\"5..\"}[1m]))\n    / sum(rate(weir_requests_total{route=\"web\",role=\"canary\"}[1m])) * 100 + 0 * count(up{job=\"app\",ns=\"default\"})\n";
+    for h in &heads {
+        let t = target(h);
+        assert!(t.starts_with("/api/v1/query?"), "{t}");
+        assert_eq!(query_param(&t).as_deref(), Some(want), "{h}");
+        assert_eq!(header(h, "x-scope-orgid"), Some("tenant-app"), "{h}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_template_gets_its_value_at_the_json_path() {
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let api = scripted(move |_, head| {
+        s.lock().unwrap().push(head.to_string());
+        json(r#"{"data":{"route":"web","latency":{"p99":"42.5"}}}"#)
+    })
+    .await;
+    let token = std::env::temp_dir().join(format!("weir-templates-token-{}", std::process::id()));
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let top = format!(
+        "metricTemplates:\n  latency:\n    provider:\n      type: web\n      url: \"http://{}/stats?route={{{{ target }}}}&canary={{{{ name }}}}&window={{{{ interval }}}}\"\n      jsonPath: \"{{$.data.latency.p99}}\"\n      headers:\n        - {{ key: X-Scope-OrgID, value: \"{{{{ variables.tenant }}}}\" }}\n      timeoutSeconds: 5\n      tokenFile: {}\n",
+        api.addr,
+        token.display()
+    );
+    let metrics = "        - name: p99\n          templateRef: { name: latency }\n          templateVariables: { tenant: team-a }\n          thresholdRange: { max: 100 }\n          interval: 30s\n";
+    let (v1, v2) = slots().await;
+    let app = start(&config(
+        &v1.addr.to_string(),
+        &v2.addr.to_string(),
+        &top,
+        metrics,
+    ))
+    .await;
+    let done = run(&app).await;
+    let _ = std::fs::remove_file(&token);
+    assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
+    let check = done
+        .events
+        .iter()
+        .flat_map(|e| e.checks.iter())
+        .find(|c| c.name == "p99")
+        .expect("a p99 check");
+    assert!(check.passed && check.value == Some(42.5), "{check:?}");
+    let heads = seen.lock().unwrap().clone();
+    assert!(!heads.is_empty());
+    for h in &heads {
+        assert_eq!(target(h), "/stats?route=web&canary=app&window=30s", "{h}");
+        assert_eq!(header(h, "x-scope-orgid"), Some("team-a"), "{h}");
+        assert_eq!(header(h, "authorization"), Some("Bearer s3cret"), "{h}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_is_down_or_answers_nonsense_fails_the_checks_and_rolls_back() {
+    let (_held, down) = refusing_addr();
+    let nonsense = scripted(|_, _| json(r#"{"data":{"p99":"fast"}}"#)).await;
+    let broken = scripted(|_, _| {
+        Reply::Send(
+            vec![b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 8\r\n\r\nupstream".to_vec()],
+            false,
+        )
+    })
+    .await;
+    let cases = [
+        (
+            format!("metricTemplates:\n  errors:\n    provider: {{ type: prometheus, address: \"http://{down}\" }}\n    query: sum(up)\n"),
+            "template errors: Prometheus unreachable",
+        ),
+        (
+            format!("metricTemplates:\n  errors:\n    provider: {{ type: web, url: \"http://{}/x\", jsonPath: \"{{$.data.p99}}\" }}\n", nonsense.addr),
+            "template errors: the value at jsonPath $.data.p99 is not a number: \"fast\"",
+        ),
+        (
+            format!("metricTemplates:\n  errors:\n    provider: {{ type: web, url: \"http://{}/x\" }}\n", broken.addr),
+            "template errors: web provider answered HTTP 503: upstream",
+        ),
+    ];
+    let metrics = "        - name: errors\n          templateRef: { name: errors }\n          thresholdRange: { max: 1 }\n";
+    for (top, reason) in cases {
+        let (v1, v2) = slots().await;
+        let app = start(&config(
+            &v1.addr.to_string(),
+            &v2.addr.to_string(),
+            &top,
+            metrics,
+        ))
+        .await;
+        let done = run(&app).await;
+        assert_eq!(done.phase, Phase::Failed, "{reason}: {done:#?}");
+        let failed: Vec<_> = done
+            .events
+            .iter()
+            .filter(|e| e.reason == "CheckFailed")
+            .collect();
+        assert_eq!(failed.len(), 2, "threshold 2: {done:#?}");
+        for e in &failed {
+            assert!(
+                e.message.contains(reason),
+                "{reason:?} not in {:?}",
+                e.message
+            );
+        }
+        assert!(
+            done.events.iter().any(|e| e.reason == "RolledBack"),
+            "{done:#?}"
+        );
+        assert_eq!(done.canary_weight, 0);
+        app.shutdown().await;
+    }
+}
+
+#[test]
+fn weir_check_names_every_template_error_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("weir-templates-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("templates.yaml");
+    let top = "metricTemplates:\n  error-rate:\n    provider: { type: prometheus, address: \"http://127.0.0.1:9090\" }\n    query: \"sum(rate(x{route=\\\"{{ target }}\\\",code=\\\"{{ variables.code }}\\\"}[{{ window }}]))\"\n";
+    let metrics = "        - name: a\n          templateRef: { name: error-rate }\n          thresholdRange: { max: 1 }\n        - name: b\n          templateRef: { name: latency }\n          thresholdRange: { max: 1 }\n";
+    std::fs::write(&path, config("127.0.0.1:9", "127.0.0.1:10", top, metrics)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for needle in [
+        "templates.yaml:9:5: metricTemplates.error-rate.query: unknown template variable {{ window }}",
+        "templates.yaml:32:26: canaries[0].analysis.metrics[1].templateRef.name: unknown metric template \"latency\"; defined: error-rate",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
+    }
+    // The query failed to parse, so its variables are not reported a second time.
+    assert!(!err.contains("variables.code"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_changed_template_is_named_by_a_reload_as_applied_at_the_next_start() {
+    let dir = std::env::temp_dir().join(format!("weir-templates-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("weir.yaml");
+    let top = |q: &str| {
+        format!("metricTemplates:\n  t:\n    provider: {{ type: prometheus, address: \"http://127.0.0.1:9090\" }}\n    query: {q}\n")
+    };
+    let metrics = "        - name: m\n          templateRef: { name: t }\n          thresholdRange: { max: 1 }\n";
+    std::fs::write(
+        &path,
+        config("127.0.0.1:9", "127.0.0.1:10", &top("up"), metrics),
+    )
+    .unwrap();
+    let (raw, cfg) = weir::config::load_file_with_raw(&path).unwrap();
+    let started = weir::reload::Started::new(raw);
+    let store = weir::dataplane::store::TableStore::new(cfg.table);
+    std::fs::write(
+        &path,
+        config("127.0.0.1:9", "127.0.0.1:10", &top("sum(up)"), metrics),
+    )
+    .unwrap();
+    let r = weir::reload::reload(&path, &started, &store).unwrap();
+    assert_eq!(r.needs_restart, vec!["metricTemplates"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
