@@ -279,8 +279,8 @@ fn filled_outputs_pass_weir_check() {
     }
 }
 
-/// Waits on the merge of `metricTemplates`/`templateRef` (branch
-/// i22-templates): until then `weir check` refuses both fields.
+/// MetricTemplates become `metricTemplates` (DESIGN §13) and the canary's
+/// metrics refer to them; the result passes `weir check`.
 #[test]
 fn metric_templates_and_template_refs_map_to_designs_shape_and_pass_weir_check() {
     let (yaml, _) = import(&["gatewayapi-metric-templates.yaml"]);

@@ -9,7 +9,15 @@ use super::yaml::{Entry, Y};
 pub const DEFAULT_PROMETHEUS: &str = "http://127.0.0.1:9090";
 
 /// Flagger's template variables that weir's templates also define.
-const WEIR_VARIABLES: &[&str] = &["name", "namespace", "target", "interval"];
+const WEIR_VARIABLES: &[&str] = &[
+    "name",
+    "namespace",
+    "target",
+    "service",
+    "ingress",
+    "route",
+    "interval",
+];
 
 /// An imported template: its weir entry, and the facts a canary's metric needs.
 pub struct Template {
@@ -52,22 +60,35 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
             ),
         );
     }
+    let mut extra = Vec::new();
     if let Some(mut p) = provider {
-        if p.take("secretRef").is_some() {
+        if let Some(mut secret) = p.child("secretRef", notes) {
+            let name = secret
+                .string("name", notes)
+                .unwrap_or_else(|| "prometheus".into());
+            secret.finish(notes, |_| None);
+            let file = format!("secrets/{name}-token");
             notes.add(
                 "spec.provider.secretRef",
-                "weir's Prometheus provider sends no credentials: put Prometheus behind a \
-                 loopback or an authenticating proxy; not mapped",
+                format!(
+                    "weir reads a bearer token from a file: write the `token` key of Secret {name:?} \
+                     into {file} (basic auth: an `Authorization: Basic ...` entry in headers instead)"
+                ),
             );
+            extra.push(Entry::new("tokenFile", Y::str(file)));
         }
         if p.bool("insecureSkipVerify", notes) == Some(true) {
             notes.add(
                 "spec.provider.insecureSkipVerify",
-                "weir always verifies TLS; trust a private CA with the metric's caFile instead",
+                "weir always verifies TLS; trust a private CA with the provider's caFile instead",
             );
         }
+        if let Some(h) = p.child("headers", notes) {
+            if let Some(list) = headers(h, notes) {
+                extra.push(Entry::new("headers", list));
+            }
+        }
         p.finish(notes, |path| match path {
-            "spec.provider.headers" => Some("weir sends no extra headers to Prometheus".into()),
             "spec.provider.region" => Some("only for cloud providers, which weir has not".into()),
             _ => None,
         });
@@ -79,23 +100,23 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
             notes.add(
                 "spec.query",
                 format!(
-                    "uses {{{{ {var} }}}}, which weir's templates do not define (they define name, \
-                     namespace, target, interval and variables.*); pass it as a templateVariable"
+                    "uses {{{{ {var} }}}}, which weir's templates do not define (they define {} and \
+                     variables.*): weir check refuses it; rewrite it as {{{{ variables.X }}}} with a templateVariable",
+                    WEIR_VARIABLES.join(", ")
                 ),
             );
         }
     }
     let istio_series = query.contains("istio_request");
     let address = address.take().unwrap_or_else(|| DEFAULT_PROMETHEUS.into());
+    let mut provider = vec![
+        Entry::new("type", Y::str("prometheus")),
+        Entry::new("address", Y::str(address)),
+    ];
+    provider.extend(extra);
     let mut entry = Entry::new(
         name,
-        Y::map([
-            (
-                "provider",
-                Y::map([("type", Y::str("prometheus")), ("address", Y::str(address))]),
-            ),
-            ("query", Y::str(query)),
-        ]),
+        Y::map([("provider", Y::Map(provider)), ("query", Y::str(query))]),
     );
     if istio_series {
         entry =
@@ -106,6 +127,27 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
         entry,
         istio_series,
     })
+}
+
+/// Flagger's provider headers (Go's `http.Header`: a name → a list of
+/// values, or one value) → weir's list of `{key, value}`.
+fn headers(mut h: Node, notes: &mut Notes<'_>) -> Option<Y> {
+    let mut out = Vec::new();
+    for k in h.keys() {
+        let values = match h.take(&k) {
+            Some(serde_json::Value::Array(a)) => a,
+            Some(v) => vec![v],
+            None => continue,
+        };
+        for v in values {
+            match v.as_str() {
+                Some(s) => out.push(Y::map([("key", Y::str(&k)), ("value", Y::str(s))])),
+                None => notes.add(&h.at(&k), format!("expected a string value, found {v}")),
+            }
+        }
+    }
+    h.finish(notes, |_| None);
+    (!out.is_empty()).then_some(Y::Seq(out))
 }
 
 /// The names inside `{{ ... }}` in a Go template, in order.

@@ -165,8 +165,12 @@ apiVersion: flagger.app/v1beta1
 kind: MetricTemplate
 metadata: {{ name: errors, namespace: test }}
 spec:
-  provider: {{ type: prometheus, secretRef: {{ name: prom-auth }}, insecureSkipVerify: true }}
-  query: sum(rate(x{{svc=\"{{{{ service }}}}\",t=\"{{{{ target }}}}\",v=\"{{{{ variables.a }}}}\"}}[{{{{ interval }}}}]))
+  provider:
+    type: prometheus
+    secretRef: {{ name: prom-auth }}
+    insecureSkipVerify: true
+    headers: {{ X-Scope-OrgID: [team-a], X-One: one }}
+  query: sum(rate(x{{svc=\"{{{{ service }}}}\",t=\"{{{{ target }}}}\",w=\"{{{{ window }}}}\",v=\"{{{{ variables.a }}}}\"}}[{{{{ interval }}}}]))
 ---
 {}",
         canary(
@@ -206,7 +210,9 @@ spec:
     assert_eq!(m.as_array().unwrap().len(), 4);
     assert_eq!(
         v["metricTemplates"]["errors"]["provider"],
-        json!({"type": "prometheus", "address": resources::DEFAULT_PROMETHEUS})
+        json!({"type": "prometheus", "address": resources::DEFAULT_PROMETHEUS,
+               "tokenFile": "secrets/prom-auth-token",
+               "headers": [{"key": "X-One", "value": "one"}, {"key": "X-Scope-OrgID", "value": "team-a"}]})
     );
     assert!(v["metricTemplates"].get("dd").is_none());
     has(
@@ -236,11 +242,11 @@ spec:
     has(&notes, "spec.provider.address: not set");
     has(&notes, "spec.provider.secretRef:");
     has(&notes, "spec.provider.insecureSkipVerify:");
-    has(&notes, "uses {{ service }}");
+    has(&notes, "uses {{ window }}");
     assert!(
-        !notes
-            .iter()
-            .any(|n| n.contains("{{ variables.a }}") || n.contains("uses {{ target }}")),
+        !notes.iter().any(|n| n.contains("{{ variables.a }}")
+            || n.contains("uses {{ target }}")
+            || n.contains("uses {{ service }}")),
         "{notes:#?}"
     );
 }
