@@ -325,6 +325,11 @@ fn metric_templates_and_template_refs_map_to_designs_shape_and_pass_weir_check()
         "{q}"
     );
     assert!(notes(&yaml).contains("spec.service.gatewayRefs"), "{yaml}");
+    assert!(
+        notes(&yaml).contains("MetricTemplate flagger-system/error-rate")
+            && notes(&yaml).contains("selects reporter=\"source\""),
+        "{yaml}"
+    );
     let (ok, text) = check(&fill(&yaml, &slots(), None), "import-templates");
     assert!(ok, "weir check failed:\n{text}\n---\n{yaml}");
 }

@@ -108,6 +108,15 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
         }
     }
     let istio_series = query.contains("istio_request");
+    let source_reporter = istio_series && query.contains("reporter=\"source\"");
+    if source_reporter {
+        notes.add(
+            "spec.query",
+            "selects reporter=\"source\", but weir's Istio-named series carry only \
+             reporter=\"destination\" (weir sees each request once): change the selector, or \
+             the check finds no data, which is a failed check",
+        );
+    }
     let address = address.take().unwrap_or_else(|| DEFAULT_PROMETHEUS.into());
     let mut provider = vec![
         Entry::new("type", Y::str("prometheus")),
@@ -121,6 +130,11 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
     if istio_series {
         entry =
             entry.note("reads Istio's series: weir exports them with admin.flaggerMetrics: true");
+    }
+    if source_reporter {
+        entry = entry.note(
+            "CHANGE reporter=\"source\" to reporter=\"destination\" (see the notes at the end)",
+        );
     }
     Some(Template {
         name: name.to_string(),
