@@ -11,6 +11,7 @@
 //! The mapping is PURE ([`flagger`]: texts in, text out); [`main`] reads
 //! the files and prints.
 
+mod analysis;
 mod canary;
 mod matches;
 mod node;

@@ -50,7 +50,7 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
         notes.add("spec.query", "missing: a template needs a query; left out");
         return None;
     };
-    let mut address = provider.as_mut().and_then(|p| p.string("address", notes));
+    let address = provider.as_mut().and_then(|p| p.string("address", notes));
     if address.is_none() {
         notes.add(
             "spec.provider.address",
@@ -117,7 +117,7 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
              the check finds no data, which is a failed check",
         );
     }
-    let address = address.take().unwrap_or_else(|| DEFAULT_PROMETHEUS.into());
+    let address = address.unwrap_or_else(|| DEFAULT_PROMETHEUS.into());
     let mut provider = vec![
         Entry::new("type", Y::str("prometheus")),
         Entry::new("address", Y::str(address)),

@@ -170,10 +170,7 @@ fn inline(v: &Y) -> String {
         Y::Null => "null".into(),
         Y::Bool(b) => b.to_string(),
         Y::Int(i) => i.to_string(),
-        Y::Float(f) if f.is_finite() => {
-            let s = f.to_string();
-            s
-        }
+        Y::Float(f) if f.is_finite() => f.to_string(),
         Y::Float(_) => "null".into(),
         Y::Str(s) if plain_ok(s) => s.clone(),
         Y::Str(s) => quoted(s),
