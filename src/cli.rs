@@ -83,6 +83,12 @@ enum Command {
         #[arg(long)]
         hold: bool,
     },
+    /// Convert another tool's manifests to a weir config (stdout); what cannot be
+    /// mapped is listed at the end of the output.
+    Import {
+        #[command(subcommand)]
+        from: ImportCmd,
+    },
     /// Client of the control API (readable tables; --json for raw JSON).
     Ctl {
         /// Base URL of the control API.
@@ -101,6 +107,17 @@ enum Command {
         json: bool,
         #[command(subcommand)]
         cmd: CtlCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ImportCmd {
+    /// Flagger's Canary, MetricTemplate and AlertProvider manifests (multi-document
+    /// YAML; other kinds are skipped with a note).
+    Flagger {
+        /// Manifest files; `-` reads stdin.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
     },
 }
 
@@ -433,6 +450,9 @@ pub fn main() -> ExitCode {
             cmd,
         } => ctl_main(api, token_file, json, cmd),
         Command::Demo { scenario, hold } => crate::demo::main(scenario, hold),
+        Command::Import {
+            from: ImportCmd::Flagger { files },
+        } => crate::import::main(&files),
     }
 }
 

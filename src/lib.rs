@@ -2,7 +2,7 @@
 //! progressive-delivery engine (Flagger's analysis loop, without a cluster).
 //!
 //! # Layout
-//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `demo`).
+//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `demo`, `import`).
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
@@ -35,6 +35,8 @@
 //!   its `/metrics` series (`rollout::exporter`, also under Flagger's names).
 //! - [`console`]: the web console at `/ui/` (files compiled in, strict CSP); it reads the API like any client.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
+//! - [`import`]: `weir import flagger`: Flagger's Canary, MetricTemplate and AlertProvider manifests → a weir config
+//!   (PURE mapping; the fields it cannot map listed with the reason).
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
 //! - [`echo`]: the small backend used by tests, demos and benchmarks.
@@ -47,7 +49,7 @@
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
 //! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`, then `console`;
-//! 6. `app` (composition), `cli`, `ctl`, `demo`.
+//! 6. `app` (composition), `ctl`, `demo`, `import`, `cli`.
 //!
 //! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
 
@@ -65,6 +67,7 @@ pub mod demo;
 pub mod echo;
 pub mod endpoints;
 pub mod headers;
+pub mod import;
 pub mod probe;
 pub mod proxy;
 pub mod reload;

@@ -36,6 +36,7 @@ const ORDER: &[&str] = &[
     "app",
     "ctl",
     "demo",
+    "import",
     "cli",
 ];
 

@@ -304,6 +304,26 @@ fn config(b: &Backends, fast: bool) -> String {
         "src-out.test",
         "    match: [ { sourceIp: [\"10.0.0.0/8\"] } ]\n",
     );
+    // Istio's vocabulary; `scheme: https` and `port: 1` never hold here
+    // (clear text, and no listener on port 1).
+    routes += &ab(
+        "istio",
+        "istio.test",
+        "    match:
+      - headers: { x-beta: { present: true } }
+        withoutHeaders: { x-internal: { exact: \"1\" } }
+      - uri: { exact: /Upper }
+        ignoreUriCase: true
+      - authority: { exact: \"istio.test:81\" }
+      - scheme: { exact: https }
+      - port: 1
+",
+    );
+    routes += &ab(
+        "scheme",
+        "scheme.test",
+        "    match: [ { scheme: { exact: http } } ]\n",
+    );
     routes += &ab("split", "split.test", "    canaryWeight: 100\n");
     routes += &ab(
         "sticky",
@@ -447,6 +467,16 @@ fn cases() -> Vec<Case> {
         case("longest path prefix", get("app.test", "/api/x", "")),
         case("sourceIp: in", get("src-in.test", "/", "")),
         case("sourceIp: out", get("src-out.test", "/", "")),
+        case("withoutHeaders: not excluded", get("istio.test", "/", "X-Beta: 1\r\n")),
+        case(
+            "withoutHeaders: excluded",
+            get("istio.test", "/", "X-Beta: 1\r\nX-Internal: 1\r\n"),
+        ),
+        case("ignoreUriCase: hit", get("istio.test", "/uPPer", "")),
+        case("ignoreUriCase: miss", get("istio.test", "/Upper/x", "")),
+        case("authority with port: hit", get("istio.test:81", "/", "")),
+        case("scheme https, port 1: miss", get("istio.test", "/", "")),
+        case("scheme http: hit", get("scheme.test", "/", "")),
         case("weight 100", get("split.test", "/", "")),
         case("affinity: cookie set", get("fresh.test", "/", "")),
         case(

@@ -160,4 +160,6 @@ pub fn format_warnings(file: &str, warnings: &[ConfigError]) -> String {
 }
 
 #[cfg(test)]
+mod match_tests;
+#[cfg(test)]
 mod tests;

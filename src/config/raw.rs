@@ -457,6 +457,28 @@ pub struct RawMatch {
     /// Client address in any of these CIDRs (Flagger's `sourceLabels` analogue).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub source_ip: Vec<String>,
+    /// Header name → condition that must NOT hold (Istio's `withoutHeaders`):
+    /// the item fails when any of them holds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub without_headers: BTreeMap<String, RawStringMatch>,
+    /// `uri` compares ignoring ASCII case (Istio's `ignoreUriCase`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_uri_case: Option<bool>,
+    /// Condition on the scheme of the listener the request came in on
+    /// (`http` or `https`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<RawStringMatch>,
+    /// Condition on the authority as the client sent it (the Host header or
+    /// HTTP/2 `:authority`, port included when sent), as Istio's `authority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authority: Option<RawStringMatch>,
+    /// The port of the listener the request arrived on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i64>,
+    /// Accepted only to be refused with a pointer to `sourceIp`: weir has no
+    /// workload labels to select clients by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_labels: Option<BTreeMap<String, String>>,
 }
 
 /// Exactly one of the kinds must be set.

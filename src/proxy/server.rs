@@ -64,6 +64,8 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
+    // Once per listener: `port` match conditions read it on every request.
+    let port = listener.local_addr().map_or(0, |a| a.port());
     let builder = Arc::new(conn_builder(&shared.settings));
     let graceful = GracefulShutdown::new();
     let limit = Arc::new(Semaphore::new(shared.settings.max_connections));
@@ -96,6 +98,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let conn = Conn {
             peer,
+            port,
             guard: Arc::new(ConnGuard::default()),
             shared: shared.clone(),
             builder: builder.clone(),
@@ -137,6 +140,8 @@ pub async fn serve(
 /// What every connection task holds besides its stream.
 struct Conn {
     peer: SocketAddr,
+    /// The listener's port (`port` match conditions).
+    port: u16,
     guard: Arc<ConnGuard>,
     shared: Arc<ProxyShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -152,7 +157,9 @@ struct Conn {
 /// A plain connection on the HTTP/1 fast path; one it hands back (a request
 /// it does not serve, see `express`) is served by hyper from that request on.
 async fn fast_connection(stream: TcpStream, conn: Conn) {
-    let handed = super::express::connection(stream, conn.peer, &conn.shared, &conn.shutdown).await;
+    let handed =
+        super::express::connection(stream, conn.peer, conn.port, &conn.shared, &conn.shutdown)
+            .await;
     let Some(h) = handed else { return };
     let head_by = h.head_by;
     let s = &conn.shared.settings;
@@ -200,6 +207,7 @@ where
 {
     let Conn {
         peer,
+        port,
         guard,
         shared,
         builder,
@@ -217,6 +225,7 @@ where
     let info = ConnInfo {
         peer,
         tls,
+        port,
         guard: Some(guard.clone()),
     };
     // Boxed per request: hyper keeps the allocation holding the service future

@@ -60,8 +60,10 @@ impl ProxyShared {
 pub struct ConnInfo {
     /// The TCP peer (client address for X-Forwarded-For and `sourceIp`).
     pub peer: SocketAddr,
-    /// Whether the connection is TLS (X-Forwarded-Proto).
+    /// Whether the connection is TLS (X-Forwarded-Proto, `scheme` matches).
     pub tls: bool,
+    /// The listener's port (`port` matches).
+    pub port: u16,
     /// Request numbering and smuggling marks of the connection (`None`
     /// when the caller does not track them, e.g. in unit tests).
     pub guard: Option<Arc<ConnGuard>>,
@@ -148,7 +150,8 @@ pub async fn handle(
             &parts.method,
             &parts.headers,
             conn.peer.ip(),
-        );
+        )
+        .on_listener(host_raw, conn.tls, conn.port);
         decide(&view, route, Draw::from_u64(r))
     };
     let (backend, role) = choose_side(decision.side, rt);

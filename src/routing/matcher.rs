@@ -45,6 +45,24 @@ impl StringMatcher {
         }
     }
 
+    /// [`Self::matches_value`] ignoring ASCII case for `exact`, `prefix`
+    /// and `suffix` (Istio's `ignoreUriCase`); a regex compiled for it
+    /// carries its own `(?i)`.
+    pub fn matches_value_caseless(&self, v: &str) -> bool {
+        let v = v.as_bytes();
+        let tail = |s: &str| {
+            v.len() >= s.len() && v[v.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes())
+        };
+        match self {
+            StringMatcher::Exact(s) => v.eq_ignore_ascii_case(s.as_bytes()),
+            StringMatcher::Prefix(s) => {
+                v.len() >= s.len() && v[..s.len()].eq_ignore_ascii_case(s.as_bytes())
+            }
+            StringMatcher::Suffix(s) => tail(s),
+            _ => self.matches_bytes(v),
+        }
+    }
+
     /// The same for a single optional value.
     pub fn matches_opt(&self, value: Option<&str>) -> bool {
         self.matches_any(value.into_iter())
@@ -77,6 +95,16 @@ pub struct MatchRule {
     pub uri: Option<StringMatcher>,
     /// Client address ranges; any may contain the client.
     pub source_ip: Vec<IpNet>,
+    /// `uri` compares ignoring ASCII case.
+    pub uri_ignore_case: bool,
+    /// Header conditions none of which may hold (Istio's `withoutHeaders`).
+    pub without_headers: Vec<(HeaderName, StringMatcher)>,
+    /// Condition on the listener's scheme (`http`/`https`).
+    pub scheme: Option<StringMatcher>,
+    /// Condition on the authority as sent (Host or `:authority`).
+    pub authority: Option<StringMatcher>,
+    /// The listener port the request must have arrived on.
+    pub port: Option<u16>,
 }
 
 impl MatchRule {
@@ -88,7 +116,26 @@ impl MatchRule {
             }
         }
         if let Some(m) = &self.uri {
-            if !m.matches_value(req.path) {
+            let ok = if self.uri_ignore_case {
+                m.matches_value_caseless(req.path)
+            } else {
+                m.matches_value(req.path)
+            };
+            if !ok {
+                return false;
+            }
+        }
+        // A rule that names none of these pays one branch each.
+        if self.port.is_some_and(|p| p != req.port) {
+            return false;
+        }
+        if let Some(m) = &self.scheme {
+            if !m.matches_value(req.scheme.as_str()) {
+                return false;
+            }
+        }
+        if let Some(m) = &self.authority {
+            if !m.matches_value(req.authority) {
                 return false;
             }
         }
@@ -96,36 +143,12 @@ impl MatchRule {
         {
             return false;
         }
-        for (name, m) in &self.headers {
-            let ok = if name == http::header::COOKIE {
-                // HTTP/2 clients split cookies over several headers; a
-                // Flagger cookie regex expects them joined (RFC 9113 §8.2.3).
-                match req.cookie_header() {
-                    CookieHeader::One(v) => m.matches_header(std::iter::once(v)),
-                    _ => m.matches_opt(req.joined_cookie_header().as_deref()),
-                }
-            } else {
-                // Monomorphic per representation: a chained iterator over
-                // both cost a fifth of a decision.
-                match req.headers {
-                    Headers::Map(h) => {
-                        m.matches_header(h.get_all(name).iter().map(|v| v.as_bytes()))
-                    }
-                    Headers::Raw(h) => {
-                        // Once, not per header: a standard name's text is a
-                        // table lookup through a jump.
-                        let name = name.as_str();
-                        m.matches_header(
-                            h.iter()
-                                .filter(|h| h.name.eq_ignore_ascii_case(name))
-                                .map(|h| h.value),
-                        )
-                    }
-                }
-            };
-            if !ok {
-                return false;
-            }
+        if !self
+            .headers
+            .iter()
+            .all(|(name, m)| header_holds(req, name, m))
+        {
+            return false;
         }
         for (name, m) in &self.cookies {
             let ok = match m {
@@ -146,6 +169,41 @@ impl MatchRule {
                 return false;
             }
         }
+        if self
+            .without_headers
+            .iter()
+            .any(|(name, m)| header_holds(req, name, m))
+        {
+            return false;
+        }
         true
+    }
+}
+
+/// Header condition `m` on `name` holds for `req`: any value may satisfy it,
+/// `cookie` read as one joined header.
+fn header_holds(req: &RequestView<'_>, name: &HeaderName, m: &StringMatcher) -> bool {
+    if name == http::header::COOKIE {
+        // HTTP/2 clients split cookies over several headers; a
+        // Flagger cookie regex expects them joined (RFC 9113 §8.2.3).
+        return match req.cookie_header() {
+            CookieHeader::One(v) => m.matches_header(std::iter::once(v)),
+            _ => m.matches_opt(req.joined_cookie_header().as_deref()),
+        };
+    }
+    // Monomorphic per representation: a chained iterator over
+    // both cost a fifth of a decision.
+    match req.headers {
+        Headers::Map(h) => m.matches_header(h.get_all(name).iter().map(|v| v.as_bytes())),
+        Headers::Raw(h) => {
+            // Once, not per header: a standard name's text is a
+            // table lookup through a jump.
+            let name = name.as_str();
+            m.matches_header(
+                h.iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case(name))
+                    .map(|h| h.value),
+            )
+        }
     }
 }

@@ -13,6 +13,8 @@ mod probe;
 mod table;
 
 #[cfg(test)]
+mod matcher_tests;
+#[cfg(test)]
 mod prefilter_tests;
 #[cfg(test)]
 mod probe_tests;
@@ -46,10 +48,36 @@ pub struct RequestView<'a> {
     pub headers: Headers<'a>,
     /// The client's address (the TCP peer).
     pub source_ip: IpAddr,
+    /// The authority as the client sent it (Host or HTTP/2 `:authority`,
+    /// case and port as sent); `host` when the transport did not say.
+    pub authority: &'a str,
+    /// The scheme of the listener the request came in on.
+    pub scheme: Scheme,
+    /// The port of the listener the request came in on (0: not known).
+    pub port: u16,
     query_pairs: OnceCell<Vec<(String, String)>>,
     /// The Cookie header when there is exactly one (HTTP/1, and most HTTP/2
     /// clients): match rules and affinity ask for it several times per request.
     cookie_header: OnceCell<CookieHeader<'a>>,
+}
+
+/// How a request reached weir: clear text or TLS. It is the listener's, not
+/// the client's word (`X-Forwarded-Proto` is not read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scheme {
+    #[default]
+    Http,
+    Https,
+}
+
+impl Scheme {
+    /// `http` or `https`, as a `scheme` match sees it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -212,9 +240,22 @@ impl<'a> RequestView<'a> {
             method,
             headers,
             source_ip,
+            authority: host,
+            scheme: Scheme::Http,
+            port: 0,
             query_pairs: OnceCell::new(),
             cookie_header: OnceCell::new(),
         }
+    }
+
+    /// The same view with the facts of the connection: the authority as
+    /// sent, whether the listener is TLS, and its port. Three stores; only
+    /// `scheme`, `authority` and `port` conditions read them.
+    pub fn on_listener(mut self, authority: &'a str, tls: bool, port: u16) -> Self {
+        self.authority = authority;
+        self.scheme = if tls { Scheme::Https } else { Scheme::Http };
+        self.port = port;
+        self
     }
 
     pub(super) fn cookie_header(&self) -> CookieHeader<'a> {

@@ -170,6 +170,12 @@ fn random_rule(rng: &mut SmallRng) -> String {
         let (n, m) = COOKIE_CONDITIONS[rng.random_range(0..COOKIE_CONDITIONS.len())];
         parts.push(format!("cookies: {{ {n}: {m} }}"));
     }
+    // A negated condition (on the Cookie header too) must never be taken
+    // for a literal the rule needs.
+    if rng.random_bool(0.3) {
+        let (n, m) = HEADER_CONDITIONS[rng.random_range(0..HEADER_CONDITIONS.len())];
+        parts.push(format!("withoutHeaders: {{ {n}: {m} }}"));
+    }
     format!("      - {{ {} }}\n", parts.join(", "))
 }
 

@@ -237,8 +237,12 @@ pub(super) fn compile_matches(path: &str, raw: &[RawMatch], errs: &mut Errors) -
             && m.query_params.is_empty()
             && m.method.is_none()
             && m.uri.is_none()
-            && m.source_ip.is_empty();
-        if empty {
+            && m.source_ip.is_empty()
+            && m.without_headers.is_empty()
+            && m.scheme.is_none()
+            && m.authority.is_none()
+            && m.port.is_none();
+        if empty && m.source_labels.is_none() {
             errs.push(&p, "a match item needs at least one condition (an empty item would match every request)");
         }
         for (k, sm) in &m.headers {
@@ -270,7 +274,51 @@ pub(super) fn compile_matches(path: &str, raw: &[RawMatch], errs: &mut Errors) -
             rule.method = string_matcher(&format!("{p}.method"), sm, errs);
         }
         if let Some(sm) = &m.uri {
-            rule.uri = string_matcher(&format!("{p}.uri"), sm, errs);
+            let up = format!("{p}.uri");
+            rule.uri_ignore_case = m.ignore_uri_case == Some(true);
+            rule.uri = if rule.uri_ignore_case {
+                caseless_matcher(&up, sm, errs)
+            } else {
+                string_matcher(&up, sm, errs)
+            };
+        } else if m.ignore_uri_case.is_some() {
+            errs.push(
+                format!("{p}.ignoreUriCase"),
+                "applies to a `uri` condition, and this item has none",
+            );
+        }
+        for (k, sm) in &m.without_headers {
+            let hp = join_key(&format!("{p}.withoutHeaders"), k);
+            match HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()) {
+                Ok(name) => {
+                    if let Some(c) = string_matcher(&hp, sm, errs) {
+                        rule.without_headers.push((name, c));
+                    }
+                }
+                Err(_) => errs.push(hp, format!("invalid header name {k:?}")),
+            }
+        }
+        if let Some(sm) = &m.scheme {
+            rule.scheme = string_matcher(&format!("{p}.scheme"), sm, errs);
+        }
+        if let Some(sm) = &m.authority {
+            rule.authority = string_matcher(&format!("{p}.authority"), sm, errs);
+        }
+        if let Some(port) = m.port {
+            match u16::try_from(port) {
+                Ok(n) if n > 0 => rule.port = Some(n),
+                _ => errs.push(
+                    format!("{p}.port"),
+                    format!("expected a listener port in 1..65535 (got {port})"),
+                ),
+            }
+        }
+        if m.source_labels.is_some() {
+            errs.push(
+                format!("{p}.sourceLabels"),
+                "weir has no workload labels to select clients by; use `sourceIp` with the \
+                 clients' CIDRs (e.g. sourceIp: [\"10.1.0.0/16\"])",
+            );
         }
         for (j, cidr) in m.source_ip.iter().enumerate() {
             let parsed = cidr
@@ -287,6 +335,28 @@ pub(super) fn compile_matches(path: &str, raw: &[RawMatch], errs: &mut Errors) -
         out.push(rule);
     }
     out
+}
+
+/// The matcher for an `ignoreUriCase` uri: `exact`/`prefix`/`suffix` are
+/// compared ignoring case at match time, a regex gets `(?i)` (Istio leaves
+/// a regex case-sensitive; the user who asked for case-insensitive matching
+/// means it for every kind).
+fn caseless_matcher(path: &str, m: &RawStringMatch, errs: &mut Errors) -> Option<StringMatcher> {
+    match &m.regex {
+        Some(re)
+            if m.exact.is_none()
+                && m.prefix.is_none()
+                && m.suffix.is_none()
+                && m.present.is_none() =>
+        {
+            let ci = RawStringMatch {
+                regex: Some(format!("(?i){re}")),
+                ..RawStringMatch::default()
+            };
+            string_matcher(path, &ci, errs)
+        }
+        _ => string_matcher(path, m, errs),
+    }
 }
 
 pub(super) fn string_matcher(

@@ -78,6 +78,8 @@ enum Next {
 struct Client<'a> {
     shared: &'a Arc<ProxyShared>,
     peer: SocketAddr,
+    /// The listener's port (`port` matches).
+    port: u16,
     /// The peer's address as text, formatted once (X-Forwarded-For).
     peer_ip: &'a str,
     /// True once a graceful shutdown has begun.
@@ -109,6 +111,7 @@ impl Handoff {
 pub async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
+    port: u16,
     shared: &Arc<ProxyShared>,
     shutdown: &watch::Receiver<bool>,
 ) -> Option<Handoff> {
@@ -152,6 +155,7 @@ pub async fn connection(
         let client = Client {
             shared,
             peer,
+            port,
             peer_ip: &peer_ip,
             shutdown,
         };

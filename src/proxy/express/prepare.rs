@@ -119,7 +119,9 @@ pub(super) fn prepare(
             &fast.method,
             req.headers,
             cx.peer.ip(),
-        );
+        )
+        // This path serves clear text only.
+        .on_listener(fast.host, false, cx.port);
         decide(&view, route, Draw::from_u64(r))
     };
     if phases::decision_needs_general_path(&decision) {
