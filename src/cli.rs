@@ -83,6 +83,27 @@ enum Command {
         #[arg(long)]
         hold: bool,
     },
+    /// A small bounded load generator: GET URL at --rate per second for --duration,
+    /// a summary line per second (status classes, p50/p99, versions) and a total.
+    Load {
+        /// e.g. http://127.0.0.1:8080/
+        url: String,
+        /// Requests started per second (1..=10000).
+        #[arg(long, default_value_t = 20)]
+        rate: u32,
+        /// How long to send (at most 1h).
+        #[arg(long, value_parser = parse_duration_arg, default_value = "30s")]
+        duration: std::time::Duration,
+        /// Requests in flight at most (1..=1024); one due while all are busy is skipped.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Extra request header, `name: value` (repeatable).
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// Cookie header to send, e.g. `canary=always`.
+        #[arg(long)]
+        cookie: Option<String>,
+    },
     /// Client of the control API (readable tables; --json for raw JSON).
     Ctl {
         /// Base URL of the control API.
@@ -122,6 +143,18 @@ enum CtlCmd {
         #[arg(long, default_value = "60s")]
         window: String,
     },
+    /// Set a backend's endpoint list (a rolling update), then wait until it is rolled
+    /// out: exit 0 when complete, 1 when stalled or not done within --timeout.
+    Deploy {
+        /// Backend name (e.g. the idle slot `weir ctl status` shows).
+        backend: String,
+        /// The new endpoints, `host:port` each.
+        #[arg(required = true)]
+        endpoints: Vec<String>,
+        /// Give up waiting after this long (the update goes on in the server).
+        #[arg(long, value_parser = parse_duration_arg, default_value = "5m")]
+        timeout: std::time::Duration,
+    },
     /// Set a route's canary weight (0..100).
     SetWeight {
         /// Route name.
@@ -131,7 +164,8 @@ enum CtlCmd {
         weight: i64,
     },
     /// Live view of weights and per-role success rate and p99; with a CANARY, its
-    /// rollout live: the current state, then one line per event.
+    /// release live (phase, step plan, countdown, per-side stats, checks, events) until
+    /// the run finishes.
     Watch {
         /// Follow this canary's rollout instead of the route stats.
         canary: Option<String>,
@@ -161,6 +195,9 @@ enum CtlCmd {
         /// Revision label of the run.
         #[arg(long)]
         revision: String,
+        /// Start even if the canary slot reports another revision (watchRevision).
+        #[arg(long)]
+        force: bool,
     },
     /// Skip the remaining analysis and promote.
     Promote {
@@ -194,20 +231,45 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
             return ExitCode::from(2);
         }
     };
+    if let CtlCmd::Watch {
+        canary: Some(name),
+        window,
+        interval,
+        count,
+        ..
+    } = &cmd
+    {
+        let opts = crate::ctl::CtlOptions {
+            api,
+            token,
+            json,
+            redraw: std::io::stdout().is_terminal(),
+        };
+        let live = crate::ctl::live::LiveOptions {
+            name: name.clone(),
+            count: *count,
+            interval: *interval,
+            window: window.clone(),
+        };
+        return ctl_exit(runtime(Some(1)).map(|rt| {
+            rt.block_on(crate::ctl::live::watch(
+                &opts,
+                &live,
+                &mut std::io::stdout(),
+            ))
+        }));
+    }
     use crate::ctl::canaries::CanaryCommand;
     let canary_cmd = match &cmd {
-        CtlCmd::Watch {
-            canary: Some(name),
-            count,
-            ..
-        } => Some(CanaryCommand::Watch {
-            name: Some(name.clone()),
-            count: *count,
-        }),
         CtlCmd::Canaries { name } => Some(CanaryCommand::Show { name: name.clone() }),
-        CtlCmd::Start { canary, revision } => Some(CanaryCommand::Start {
+        CtlCmd::Start {
+            canary,
+            revision,
+            force,
+        } => Some(CanaryCommand::Start {
             name: canary.clone(),
             revision: revision.clone(),
+            force: *force,
         }),
         CtlCmd::Promote { canary } => Some(CanaryCommand::Promote {
             name: canary.clone(),
@@ -250,6 +312,15 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
         CtlCmd::Routes => crate::ctl::CtlCommand::Routes,
         CtlCmd::Stats { route, window } => crate::ctl::CtlCommand::Stats { route, window },
         CtlCmd::SetWeight { route, weight } => crate::ctl::CtlCommand::SetWeight { route, weight },
+        CtlCmd::Deploy {
+            backend,
+            endpoints,
+            timeout,
+        } => crate::ctl::CtlCommand::Deploy {
+            backend,
+            endpoints,
+            timeout,
+        },
         CtlCmd::Watch {
             route,
             window,
@@ -292,6 +363,60 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
                 crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             }
+        }
+    }
+}
+
+/// The exit code of a ctl command: 0 ok, 2 bad local input, 1 anything else.
+fn ctl_exit(r: std::io::Result<Result<(), crate::ctl::CtlError>>) -> ExitCode {
+    match r {
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            ExitCode::FAILURE
+        }
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            match e {
+                crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+fn load_main(
+    url: &str,
+    rate: u32,
+    duration: std::time::Duration,
+    concurrency: usize,
+    headers: &[String],
+    cookie: Option<&str>,
+) -> ExitCode {
+    let opts =
+        match crate::load::LoadOptions::new(url, rate, duration, concurrency, headers, cookie) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    let rt = match runtime(Some(2)) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(crate::load::run(opts, &mut std::io::stdout())) {
+        Ok(t) if t.sent > 0 && t.ok == 0 => {
+            eprintln!("error: no request of {} got a 2xx answer", t.sent);
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write output: {e}");
+            ExitCode::FAILURE
         }
     }
 }
@@ -346,7 +471,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The client prints tables on stdout: no log lines there.
     match cli.cmd {
-        Command::Ctl { .. } => {}
+        Command::Ctl { .. } | Command::Load { .. } => {}
         // The demo prints the rollout itself; logs only for problems.
         Command::Demo { .. } => init_logging("warn,weir::rollout=off", cli.log_format),
         _ => init_logging("info", cli.log_format),
@@ -448,6 +573,21 @@ pub fn main() -> ExitCode {
             cmd,
         } => ctl_main(api, token_file, json, cmd),
         Command::Demo { scenario, hold } => crate::demo::main(scenario, hold),
+        Command::Load {
+            url,
+            rate,
+            duration,
+            concurrency,
+            headers,
+            cookie,
+        } => load_main(
+            &url,
+            rate,
+            duration,
+            concurrency,
+            &headers,
+            cookie.as_deref(),
+        ),
     }
 }
 

@@ -37,6 +37,8 @@ pub enum CanaryCommand {
         name: String,
         /// Revision label of the run.
         revision: String,
+        /// Start even if the canary slot reports another revision.
+        force: bool,
     },
     /// Skip the remaining analysis and promote.
     Promote {
@@ -121,7 +123,7 @@ async fn call(
 }
 
 /// The name a value has on the wire (`canary`, `swap`, `Progressing`).
-fn wire_name<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn wire_name<T: serde::Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(Value::String(s)) => s,
         Ok(other) => other.to_string(),
@@ -344,10 +346,18 @@ pub async fn run(
         CanaryCommand::Watch { name, count } => {
             return watch(t, name.as_deref(), *count, out).await;
         }
-        CanaryCommand::Start { name, revision } => (
+        CanaryCommand::Start {
+            name,
+            revision,
+            force,
+        } => (
             name,
             "start",
-            Some(serde_json::json!({ "revision": revision })),
+            serde_json::to_value(crate::wire::canary::StartRequest {
+                revision: revision.clone(),
+                force: *force,
+            })
+            .ok(),
         ),
         CanaryCommand::Promote { name } => (name, "promote", None),
         CanaryCommand::Abort { name } => (name, "abort", None),
@@ -365,6 +375,12 @@ pub async fn run(
             wire_name(&answer.status.phase),
             answer.status.canary_weight,
             answer.message
+        )?;
+        // The state after the command, as `weir ctl canaries` shows it.
+        write!(
+            out,
+            "{}",
+            canaries_table(std::slice::from_ref(&answer.status))
         )?;
     }
     Ok(())
