@@ -8,8 +8,9 @@
 //!
 //! On a terminal it redraws one screen in place ([`view::screen`]); otherwise it prints
 //! plain lines: a state line when the phase, weight, iteration, failed checks or
-//! revision change, and a line per event. It ends when a run finishes (an event in
-//! phase `Succeeded` or `Failed`; exit 0 either way, the last line says which), after
+//! revision change, and a line per event. It ends when a run finishes (promoted,
+//! rolled back or cancelled: [`view::run_finished`]; exit 0 either way, the last line
+//! says which), after
 //! `--count` events, when the stream ends, or on Ctrl-C.
 
 pub mod view;
@@ -203,7 +204,7 @@ pub async fn watch(
             if e.canary != o.name {
                 continue;
             }
-            let finished = run_finished(e.phase);
+            let finished = run_finished(&e);
             v.push_event(e.clone());
             if let Err(err) = refresh(&api, o, &mut v).await {
                 v.error = Some(err.to_string());

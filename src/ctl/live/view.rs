@@ -34,9 +34,15 @@ impl View {
     }
 }
 
-/// The phases a run ends in.
-pub fn run_finished(phase: Phase) -> bool {
-    matches!(phase, Phase::Succeeded | Phase::Failed)
+/// Whether the event ends a run: promoted, rolled back, promotion failed, or cancelled
+/// before it started. Not every event in phase `Succeeded` does (a new revision is
+/// detected in the phase of the previous run).
+pub fn run_finished(e: &RolloutEvent) -> bool {
+    e.phase.is_idle()
+        && matches!(
+            e.reason.as_str(),
+            "Succeeded" | "RolledBack" | "PromotionFailed" | "Aborted"
+        )
 }
 
 /// The step plan with the current step in brackets: `0 → [20] → 40 → 60 → promote`

@@ -120,8 +120,22 @@ fn the_screen_shows_sides_checks_and_events() {
 
 #[test]
 fn a_run_ends_in_succeeded_or_failed() {
-    assert!(run_finished(Phase::Succeeded) && run_finished(Phase::Failed));
-    assert!(!run_finished(Phase::Initialized) && !run_finished(Phase::Progressing));
+    let event = |phase: &str, reason: &str| -> RolloutEvent {
+        serde_json::from_value(serde_json::json!({
+            "canary": "app", "timeMs": 0, "phase": phase, "reason": reason,
+            "warning": false, "message": "", "canaryWeight": 0, "primaryWeight": 100,
+            "iterations": 0, "failedChecks": 0, "revision": "v2"
+        }))
+        .expect("an event")
+    };
+    assert!(run_finished(&event("Succeeded", "Succeeded")));
+    assert!(run_finished(&event("Failed", "RolledBack")));
+    assert!(run_finished(&event("Failed", "PromotionFailed")));
+    assert!(run_finished(&event("Succeeded", "Aborted")));
+    // A new revision is detected in the previous run's phase: not an end.
+    assert!(!run_finished(&event("Succeeded", "NewRevision")));
+    assert!(!run_finished(&event("Progressing", "Advanced")));
+    assert!(!run_finished(&event("Initialized", "Initialized")));
     assert_eq!(
         finished_line(&status("Succeeded", 0)),
         "app: run finished: Succeeded (v2 promoted)"
