@@ -100,7 +100,7 @@ async fn deploy_rolls_the_slot_and_waits_until_it_is_ready() {
         o.stdout
     );
     // It returned when the new endpoint serves alone.
-    assert_eq!(rotation(&app, "app-green"), [new_addr.clone()]);
+    assert_eq!(rotation(&app, "app-green"), [new_addr.as_str()]);
     // The same list again: nothing to roll, done at once.
     let o = ctl(&app, &["deploy", "app-green", &new_addr]).await;
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
