@@ -251,13 +251,7 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
             interval: *interval,
             window: window.clone(),
         };
-        return ctl_exit(runtime(Some(1)).map(|rt| {
-            rt.block_on(crate::ctl::live::watch(
-                &opts,
-                &live,
-                &mut std::io::stdout(),
-            ))
-        }));
+        return crate::ctl::live::main(&opts, &live);
     }
     use crate::ctl::canaries::CanaryCommand;
     let canary_cmd = match &cmd {
@@ -363,60 +357,6 @@ fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -
                 crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             }
-        }
-    }
-}
-
-/// The exit code of a ctl command: 0 ok, 2 bad local input, 1 anything else.
-fn ctl_exit(r: std::io::Result<Result<(), crate::ctl::CtlError>>) -> ExitCode {
-    match r {
-        Err(e) => {
-            eprintln!("cannot start runtime: {e}");
-            ExitCode::FAILURE
-        }
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("error: {e}");
-            match e {
-                crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
-            }
-        }
-    }
-}
-
-fn load_main(
-    url: &str,
-    rate: u32,
-    duration: std::time::Duration,
-    concurrency: usize,
-    headers: &[String],
-    cookie: Option<&str>,
-) -> ExitCode {
-    let opts =
-        match crate::load::LoadOptions::new(url, rate, duration, concurrency, headers, cookie) {
-            Ok(o) => o,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        };
-    let rt = match runtime(Some(2)) {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(crate::load::run(opts, &mut std::io::stdout())) {
-        Ok(t) if t.sent > 0 && t.ok == 0 => {
-            eprintln!("error: no request of {} got a 2xx answer", t.sent);
-            ExitCode::FAILURE
-        }
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: cannot write output: {e}");
-            ExitCode::FAILURE
         }
     }
 }
@@ -580,7 +520,7 @@ pub fn main() -> ExitCode {
             concurrency,
             headers,
             cookie,
-        } => load_main(
+        } => crate::load::main(
             &url,
             rate,
             duration,

@@ -319,6 +319,48 @@ pub async fn run(opts: LoadOptions, out: &mut (dyn Write + Send)) -> std::io::Re
     Ok(total)
 }
 
+/// `weir load`: validates the flags (exit 2 naming the bad one), runs, and exits 1 when
+/// not one request got a 2xx answer (the target is down or failing).
+pub fn main(
+    url: &str,
+    rate: u32,
+    duration: Duration,
+    concurrency: usize,
+    headers: &[String],
+    cookie: Option<&str>,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let opts = match LoadOptions::new(url, rate, duration, concurrency, headers, cookie) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(opts, &mut std::io::stdout())) {
+        Ok(t) if t.sent > 0 && t.ok == 0 => {
+            eprintln!("error: no request of {} got a 2xx answer", t.sent);
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: cannot write output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

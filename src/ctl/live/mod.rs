@@ -243,6 +243,32 @@ pub async fn watch(
     }
 }
 
+/// `weir ctl watch CANARY` as a command: its exit code (0 ok, 2 bad local input, 1
+/// anything else, the reason on stderr).
+pub fn main(opts: &CtlOptions, o: &LiveOptions) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(watch(opts, o, &mut std::io::stdout())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            match e {
+                CtlError::Usage(_) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
 fn pretty_line(v: &impl serde::Serialize) -> String {
     serde_json::to_string(v).unwrap_or_else(|e| format!("(not printable: {e})"))
 }
