@@ -101,6 +101,26 @@ async fn deploy_rolls_the_slot_and_waits_until_it_is_ready() {
     );
     // It returned when the new endpoint serves alone.
     assert_eq!(rotation(&app, "app-green"), [new_addr.as_str()]);
+    // --json: every progress line is the rollingUpdate document.
+    let newer = echo("v3").await;
+    let o = ctl(
+        &app,
+        &["--json", "deploy", "app-green", &newer.addr.to_string()],
+    )
+    .await;
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let docs: Vec<serde_json::Value> = o
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(
+        docs.last().map(|d| d["phase"].clone()),
+        Some("Complete".into())
+    );
+    assert!(docs.iter().all(|d| d["generation"] == 3), "{}", o.stdout);
+    let o = ctl(&app, &["deploy", "app-green", &new_addr]).await;
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     // The same list again: nothing to roll, done at once.
     let o = ctl(&app, &["deploy", "app-green", &new_addr]).await;
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
@@ -394,6 +414,27 @@ async fn watch_count_stops_after_n_events() {
         "{text}"
     );
     assert!(lines[1].contains("Initialized (paused)"), "{text}");
+    // --json: the status, then each event, as JSON lines.
+    let (mut child, mut rx) = spawn_lines(ctl_command(
+        &app,
+        &["--json", "watch", "app", "--count", "1"],
+    ));
+    let first = tokio::time::timeout(GUARD, rx.recv())
+        .await
+        .expect("a first line");
+    let status: serde_json::Value = serde_json::from_str(&first.unwrap_or_default()).unwrap();
+    assert_eq!(
+        (status["name"].as_str(), status["paused"].as_bool()),
+        (Some("app"), Some(true))
+    );
+    let o = ctl(&app, &["resume", "app"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let event = tokio::time::timeout(GUARD, rx.recv())
+        .await
+        .expect("an event line");
+    let event: serde_json::Value = serde_json::from_str(&event.unwrap_or_default()).unwrap();
+    assert_eq!(event["reason"], "Resumed", "{event}");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
     app.shutdown().await;
 }
 
