@@ -2,7 +2,7 @@
 //! progressive-delivery engine (Flagger's analysis loop, without a cluster).
 //!
 //! # Layout
-//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `demo`, `import`).
+//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `load`, `demo`, `import`).
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
@@ -27,7 +27,9 @@
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
 //!   OpenAPI), its core routes and the event bus.
 //! - [`table_api`]: the admin API's table, route, backend and stats handlers.
-//! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`).
+//! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`,
+//!   the live view of one release in `ctl::live`, `deploy` in `ctl::deploy`).
+//! - [`load`]: `weir load URL`, a small bounded load generator (per-second summaries) for demos and quick starts.
 //! - [`endpoints`]: the endpoint feature: the tasks that probe endpoints and tick rolling updates, and the
 //!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
 //! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks
@@ -49,7 +51,7 @@
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
 //! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`, then `console`;
-//! 6. `app` (composition), `ctl`, `demo`, `import`, `cli`.
+//! 6. `app` (composition), `ctl`, `load`, `demo`, `import`, `cli`.
 //!
 //! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
 
@@ -68,6 +70,7 @@ pub mod echo;
 pub mod endpoints;
 pub mod headers;
 pub mod import;
+pub mod load;
 pub mod probe;
 pub mod proxy;
 pub mod reload;

@@ -35,6 +35,7 @@ const ORDER: &[&str] = &[
     // composition and commands
     "app",
     "ctl",
+    "load",
     "demo",
     "import",
     "cli",

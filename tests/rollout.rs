@@ -1114,10 +1114,15 @@ async fn weir_ctl_starts_pauses_watches_and_aborts_a_canary() {
     let (code, out, err) = ctl(&app, &["start", "app", "--revision", "v2"]).await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("app: start done: Initialized"), "{out}");
-    // Live: the current state, then the run's events as they happen.
+    // Live: a state line, then the run's events as they happen.
     let (code, out, err) = ctl(&app, &["watch", "app", "--count", "3"]).await;
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.starts_with("CANARY"), "{out}");
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|l| l.contains(" app ") && l.contains(" steps ")),
+        "{out}"
+    );
     assert!(
         out.lines().filter(|l| l.contains(" app ")).count() >= 3,
         "{out}"

@@ -266,7 +266,8 @@ fn weir_check_names_every_template_error_with_its_line() {
     }
     // The query failed to parse, so its variables are not reported a second time.
     assert!(
-        !err.lines().any(|l| l.starts_with("error:") && l.contains("variables.code")),
+        !err.lines()
+            .any(|l| l.starts_with("error:") && l.contains("variables.code")),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -118,3 +118,72 @@ async fn the_server_documents_parse_into_the_wire_types() {
         assert_eq!(all.routes[0].route, "app");
     }
 }
+
+/// The rolling-update documents `weir ctl deploy` reads: the write's answer and the
+/// backend's `rollingUpdate` parse as the server sends them (their typed members only;
+/// a missing one is an error naming it), and the request bodies round-trip.
+#[tokio::test]
+async fn the_rolling_update_and_start_documents_parse_and_round_trip() {
+    use weir::wire::canary::StartRequest;
+    use weir::wire::rolling::{EndpointsAccepted, EndpointsRequest, RollingSummary};
+    let blue = echo("v1").await;
+    let green = echo("v2").await;
+    let next = echo("v2").await;
+    let app = proxy(&two_slot_config(blue.addr, green.addr, "")).await;
+    let admin = app.admin_addr;
+    let c = client();
+    let body = EndpointsRequest {
+        endpoints: vec![next.addr.to_string()],
+    };
+    let r = send(
+        &c,
+        with_body(
+            Method::PUT,
+            format!("http://{admin}/api/v1/backends/app-green/endpoints"),
+            serde_json::to_string(&body).unwrap(),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 202, "{}", r.text());
+    let accepted: EndpointsAccepted = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(accepted.rollout.desired, body.endpoints);
+    assert_eq!(accepted.rollout.generation, 2);
+    let r = send(&c, get(admin, "/api/v1/backends/app-green", &[])).await;
+    let backend: BackendStatus = parse_exactly(&r);
+    let rolling_json = backend.rolling_update.expect("rollingUpdate");
+    let rolling: RollingSummary = serde_json::from_value(rolling_json.clone()).unwrap();
+    assert_eq!((rolling.generation, rolling.desired), (2, 1));
+    assert!(
+        rolling
+            .endpoints
+            .iter()
+            .any(|e| e.address == next.addr.to_string() && e.desired),
+        "{rolling:?}"
+    );
+    let back: RollingSummary =
+        serde_json::from_value(serde_json::to_value(&rolling).unwrap()).unwrap();
+    assert_eq!(back, rolling);
+    for field in ["phase", "ready", "resolved"] {
+        let mut v = rolling_json.clone();
+        v.as_object_mut().unwrap().remove(field);
+        let e = serde_json::from_value::<RollingSummary>(v).unwrap_err();
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+
+    let plain = StartRequest {
+        revision: "v2".into(),
+        force: false,
+    };
+    assert_eq!(
+        serde_json::to_string(&plain).unwrap(),
+        r#"{"revision":"v2"}"#
+    );
+    let forced: StartRequest = serde_json::from_str(r#"{"revision":"v2","force":true}"#).unwrap();
+    assert!(forced.force);
+    assert_eq!(
+        serde_json::from_str::<StartRequest>(&serde_json::to_string(&forced).unwrap()).unwrap(),
+        forced
+    );
+    let e = serde_json::from_str::<StartRequest>(r#"{"revision":"v2","forced":true}"#).unwrap_err();
+    assert!(e.to_string().contains("forced"), "{e}");
+}

@@ -1,21 +1,13 @@
-//! The canary commands of `weir ctl`: list and show canaries, send an operator's
-//! command, and follow a rollout live.
+//! The canary commands of `weir ctl`: list and show canaries, and send an operator's
+//! command.
 //!
-//! `canaries` and the commands read and write `/api/v1/canaries...`; `watch` prints the
-//! canaries' current state, then one line per rollout event as the control API streams
-//! them (`GET /api/v1/events`, `event: rollout`), until the stream ends, `--count`
-//! events were printed, or Ctrl-C. With `--json` every line is the API's JSON.
+//! `canaries` and the commands read and write `/api/v1/canaries...`. The live view of a
+//! release (`watch CANARY`) is [`super::live`]; it prints events with [`event_line`].
 
 use std::io::Write;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION};
-use http::{Method, Request};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::Method;
 use serde_json::Value;
 
 use crate::ctl::{render_table, CtlError};
@@ -37,6 +29,8 @@ pub enum CanaryCommand {
         name: String,
         /// Revision label of the run.
         revision: String,
+        /// Start even if the canary slot reports another revision.
+        force: bool,
     },
     /// Skip the remaining analysis and promote.
     Promote {
@@ -57,13 +51,6 @@ pub enum CanaryCommand {
     Resume {
         /// Canary name.
         name: String,
-    },
-    /// Follow the rollout live.
-    Watch {
-        /// Only this canary's events.
-        name: Option<String>,
-        /// Stop after this many events.
-        count: Option<u64>,
     },
 }
 
@@ -121,7 +108,7 @@ async fn call(
 }
 
 /// The name a value has on the wire (`canary`, `swap`, `Progressing`).
-fn wire_name<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn wire_name<T: serde::Serialize>(v: &T) -> String {
     match serde_json::to_value(v) {
         Ok(Value::String(s)) => s,
         Ok(other) => other.to_string(),
@@ -341,13 +328,18 @@ pub async fn run(
             }
             return Ok(());
         }
-        CanaryCommand::Watch { name, count } => {
-            return watch(t, name.as_deref(), *count, out).await;
-        }
-        CanaryCommand::Start { name, revision } => (
+        CanaryCommand::Start {
+            name,
+            revision,
+            force,
+        } => (
             name,
             "start",
-            Some(serde_json::json!({ "revision": revision })),
+            serde_json::to_value(crate::wire::canary::StartRequest {
+                revision: revision.clone(),
+                force: *force,
+            })
+            .ok(),
         ),
         CanaryCommand::Promote { name } => (name, "promote", None),
         CanaryCommand::Abort { name } => (name, "abort", None),
@@ -366,111 +358,14 @@ pub async fn run(
             answer.status.canary_weight,
             answer.message
         )?;
+        // The state after the command, as `weir ctl canaries` shows it.
+        write!(
+            out,
+            "{}",
+            canaries_table(std::slice::from_ref(&answer.status))
+        )?;
     }
     Ok(())
-}
-
-/// Prints the canaries, then every rollout event as it happens.
-async fn watch(
-    t: &Target,
-    only: Option<&str>,
-    count: Option<u64>,
-    out: &mut (dyn Write + Send),
-) -> Result<(), CtlError> {
-    let base = t.api.trim_end_matches('/').to_string();
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    let client: Client<HttpConnector, Empty<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(connector);
-    let mut b = Request::builder()
-        .method(Method::GET)
-        .uri(format!("{base}/api/v1/events"))
-        .header(ACCEPT, "text/event-stream");
-    if let Some(tok) = &t.token {
-        b = b.header(AUTHORIZATION, format!("Bearer {tok}"));
-    }
-    let req = b
-        .body(Empty::new())
-        .map_err(|e| CtlError::Usage(format!("bad request: {e}")))?;
-    // Subscribe first, then print the current state: nothing falls in between.
-    let resp = client
-        .request(req)
-        .await
-        .map_err(|e| CtlError::Transport(format!("cannot reach the weir API at {base}: {e}")))?;
-    if !resp.status().is_success() {
-        return Err(CtlError::Api {
-            status: resp.status().as_u16(),
-            reason: "the event stream was refused".into(),
-            field: None,
-        });
-    }
-    let mut list: CanaryList = parse(
-        call(t, Method::GET, "/api/v1/canaries", None).await?,
-        "canary list",
-    )?;
-    if let Some(o) = only {
-        list.canaries.retain(|c| c.name == o);
-        if list.canaries.is_empty() {
-            return Err(CtlError::Api {
-                status: 404,
-                reason: format!("no canary named {o:?}"),
-                field: Some("name".into()),
-            });
-        }
-    }
-    if t.json {
-        let v = serde_json::to_value(&list).unwrap_or(Value::Null);
-        writeln!(out, "{v}")?;
-    } else {
-        write!(out, "{}", canaries_table(&list.canaries))?;
-    }
-    out.flush()?;
-    let mut body = resp.into_body();
-    let mut buf = String::new();
-    let mut printed = 0u64;
-    loop {
-        if count.is_some_and(|c| printed >= c) {
-            return Ok(());
-        }
-        let frame = tokio::select! {
-            f = body.frame() => f,
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        };
-        let Some(frame) = frame else { return Ok(()) };
-        let frame = frame.map_err(|e| CtlError::Transport(format!("event stream: {e}")))?;
-        let Some(data) = frame.data_ref() else {
-            continue;
-        };
-        buf.push_str(&String::from_utf8_lossy(data));
-        while let Some(end) = buf.find("\n\n") {
-            let block: String = buf.drain(..end + 2).collect();
-            let (kind, data) = parse_sse(&block);
-            if kind.as_deref() != Some("rollout") {
-                continue;
-            }
-            let e = match serde_json::from_str::<RolloutEvent>(&data) {
-                Ok(e) => e,
-                Err(err) => {
-                    writeln!(out, "error: unexpected rollout event: {err}: {data}")?;
-                    out.flush()?;
-                    continue;
-                }
-            };
-            if only.is_some_and(|o| e.canary != o) {
-                continue;
-            }
-            if t.json {
-                writeln!(out, "{data}")?;
-            } else {
-                writeln!(out, "{}", event_line(&e))?;
-            }
-            out.flush()?;
-            printed += 1;
-            if count.is_some_and(|c| printed >= c) {
-                return Ok(());
-            }
-        }
-    }
 }
 
 /// The `event:` and joined `data:` fields of one SSE block.

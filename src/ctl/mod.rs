@@ -14,11 +14,14 @@
 
 pub mod canaries;
 mod client;
+mod deploy;
+pub mod live;
 mod views;
 mod watch;
 
 pub use client::ApiClient;
 use client::*;
+use deploy::*;
 use views::*;
 use watch::*;
 
@@ -81,6 +84,15 @@ pub enum CtlCommand {
     },
     /// Fleet coordination: replicas, shards, heartbeats, owned canaries.
     Cluster,
+    /// Set a backend's endpoint list (a rolling update) and wait until it is rolled out.
+    Deploy {
+        /// Backend name.
+        backend: String,
+        /// The new endpoint list, `host:port` each.
+        endpoints: Vec<String>,
+        /// Give up waiting after this long (the update goes on in the server).
+        timeout: Duration,
+    },
 }
 
 /// Why a command failed.
@@ -99,6 +111,9 @@ pub enum CtlError {
     },
     /// Bad local input (URL, token file, output).
     Usage(String),
+    /// The API answered, but what the command waited for did not happen (a rolling
+    /// update stalled or timed out).
+    Failed(String),
 }
 
 impl fmt::Display for CtlError {
@@ -111,7 +126,7 @@ impl fmt::Display for CtlError {
                 field: Some(field),
             } if !field.is_empty() => write!(f, "{reason} (field {field}, HTTP {status})"),
             CtlError::Api { status, reason, .. } => write!(f, "{reason} (HTTP {status})"),
-            CtlError::Usage(m) => write!(f, "{m}"),
+            CtlError::Usage(m) | CtlError::Failed(m) => write!(f, "{m}"),
         }
     }
 }
@@ -163,6 +178,11 @@ pub async fn run(
             interval,
             count,
         } => watch(&api, opts, route.as_deref(), window, *interval, *count, out).await,
+        CtlCommand::Deploy {
+            backend,
+            endpoints,
+            timeout,
+        } => deploy(&api, opts, backend, endpoints, *timeout, out).await,
         CtlCommand::Cluster => {
             let v = api
                 .ok(Method::GET, "/api/v1/cluster", None, None)

@@ -5,7 +5,8 @@
 //! - `GET /api/v1/canaries`: every canary's status, without its events.
 //! - `GET /api/v1/canaries/{name}`: phase, weights, iteration, failed checks, the last
 //!   check values and the recent events.
-//! - `POST /api/v1/canaries/{name}/start` with `{"revision": "v2"}`, and
+//! - `POST /api/v1/canaries/{name}/start` with `{"revision": "v2"}` (and `"force": true`
+//!   to skip the check that a `watchRevision` canary's slot reports that revision), and
 //!   `POST .../promote|abort|pause|resume` (no body, or `{}`): an operator's command,
 //!   applied before the answer (it interrupts a tick in progress). 200 with
 //!   `{accepted, message, status}`; 409 `command-refused` when the command does not
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::driver::{CanaryStatus, CommandOutcome, Engine, EngineError};
 use super::machine::ManualCommand;
 use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use crate::wire::canary::StartRequest;
 
 /// Longest revision label accepted by `start`.
 pub const MAX_REVISION_LEN: usize = 128;
@@ -140,20 +142,19 @@ fn get(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
     Ok(json_response(StatusCode::OK, &st))
 }
 
-/// Body of `start`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    /// Revision label of the run (what a webhook promotion waits for on the primary).
-    revision: String,
-}
-
 /// Body of the other commands: nothing, or an empty object.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyBody {}
 
-fn parse_command(r: &ApiRequest, what: &str) -> Result<ManualCommand, ApiError> {
+/// A parsed command: the machine's command, and for `start` whether to skip the
+/// revision check.
+struct Parsed {
+    cmd: ManualCommand,
+    force: bool,
+}
+
+fn parse_command(r: &ApiRequest, what: &str) -> Result<Parsed, ApiError> {
     match what {
         "start" => {
             if r.body.is_empty() {
@@ -164,7 +165,7 @@ fn parse_command(r: &ApiRequest, what: &str) -> Result<ManualCommand, ApiError> 
                     "start needs a body {\"revision\": \"...\"}",
                 ));
             }
-            let b: StartBody = r.json()?;
+            let b: StartRequest = r.json()?;
             let rev = b.revision.trim();
             if rev.is_empty() || rev.len() > MAX_REVISION_LEN || rev.chars().any(|c| c.is_control())
             {
@@ -175,20 +176,24 @@ fn parse_command(r: &ApiRequest, what: &str) -> Result<ManualCommand, ApiError> 
                     format!("a revision label of 1 to {MAX_REVISION_LEN} printable characters"),
                 ));
             }
-            Ok(ManualCommand::Start {
-                revision: rev.to_string(),
+            Ok(Parsed {
+                cmd: ManualCommand::Start {
+                    revision: rev.to_string(),
+                },
+                force: b.force,
             })
         }
         other => {
             if !r.body.is_empty() {
                 let _: EmptyBody = r.json()?;
             }
-            Ok(match other {
+            let cmd = match other {
                 "promote" => ManualCommand::Promote,
                 "abort" => ManualCommand::Abort,
                 "pause" => ManualCommand::Pause,
                 _ => ManualCommand::Resume,
-            })
+            };
+            Ok(Parsed { cmd, force: false })
         }
     }
 }
@@ -281,12 +286,16 @@ async fn command(s: &ApiState, r: &ApiRequest, what: &str) -> Result<ApiResponse
     if e.status(&name).is_none() {
         return Err(ApiError::not_found("canary", &name));
     }
-    let cmd = parse_command(r, what)?;
+    let Parsed { cmd, force } = parse_command(r, what)?;
     if let Some(answer) = forward(s, r, &name, what).await {
         return answer;
     }
     tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, "canary command");
-    match e.command(&name, cmd).await {
+    let outcome = match cmd {
+        ManualCommand::Start { revision } => e.start_run(&name, revision, force).await,
+        cmd => e.command(&name, cmd).await,
+    };
+    match outcome {
         Ok(out) if out.accepted => Ok(json_response(StatusCode::OK, &CommandAnswer::from(out))),
         // The machine's own refusal, for this caller only (no event is published).
         Ok(out) => Err(ApiError::new(

@@ -11,9 +11,11 @@
 //! value types below it (`config::raw` for the table, `stats` for windows).
 
 pub mod access;
+pub mod canary;
 pub mod cluster;
 pub mod error;
 pub mod probe;
+pub mod rolling;
 pub mod table;
 
 #[cfg(test)]

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use crate::cluster::SaveError;
 use crate::rollout::convert::NAMESPACE;
 use crate::rollout::convert::{checksum, next_affinity_state, RouteChange};
-use crate::rollout::machine::{command_refusal, step, CanaryState, Command, Observation, Phase};
+use crate::rollout::dataplane::probe_revision;
+use crate::rollout::machine::{
+    command_refusal, step, CanaryState, Command, ManualCommand, Observation, Phase,
+};
 use crate::rollout::spec::{HookKind, TOTAL_WEIGHT};
 use crate::rollout::webhooks::{HookPayload, Notification};
 
@@ -34,7 +37,13 @@ impl Runner {
             });
             return;
         }
-        if let Some(reason) = command_refusal(&self.rec.state, &msg.cmd) {
+        let refusal = match &msg.cmd {
+            ManualCommand::Start { revision } if msg.check_revision => {
+                command_refusal(&self.rec.state, &msg.cmd).or(self.revision_refusal(revision).await)
+            }
+            _ => command_refusal(&self.rec.state, &msg.cmd),
+        };
+        if let Some(reason) = refusal {
             // Only the caller hears of it: nothing changed, so nothing is committed,
             // published or sent to the event hooks.
             let status = self
@@ -74,6 +83,47 @@ impl Runner {
             message,
             status,
         });
+    }
+
+    /// Why a start of `revision` is refused: the canary watches its slot's revision
+    /// and the slot reports another one (or none: mixed, unreachable, rolling).
+    async fn revision_refusal(&self, revision: &str) -> Option<String> {
+        if !self.def.watch_revision {
+            return None;
+        }
+        let slot = match self.fleet.read_route(&self.def.route).await {
+            Ok(routes) => routes.first().and_then(|r| r.route.canary.clone()),
+            Err(e) => {
+                return Some(format!(
+                    "start refused: cannot read route {} to check the revision: {e} (--force starts anyway)",
+                    self.def.route
+                ))
+            }
+        };
+        let Some(slot) = slot else {
+            return Some(format!(
+                "start refused: route {} has no canary slot (--force starts anyway)",
+                self.def.route
+            ));
+        };
+        let report = match self.fleet.backend(&slot).await {
+            Ok(b) => probe_revision(&self.client, &b).await,
+            Err(e) => {
+                return Some(format!(
+                    "start refused: cannot read backend {slot}: {e} (--force starts anyway)"
+                ))
+            }
+        };
+        match report.revision {
+            Some(r) if r == revision => None,
+            Some(r) => Some(format!(
+                "start refused: the canary slot {slot} reports revision {r:?}, not {revision:?} (--force starts anyway)"
+            )),
+            None => Some(format!(
+                "start refused: the canary slot {slot} reports no single revision ({}) (--force starts anyway)",
+                report.detail
+            )),
+        }
     }
 
     /// Persists, publishes and applies the outcome of a step (in that order: a crash

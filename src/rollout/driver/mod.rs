@@ -301,6 +301,9 @@ impl std::fmt::Display for EngineError {
 
 struct CommandMsg {
     cmd: ManualCommand,
+    /// A `start` whose revision must match what the canary slot reports (with
+    /// `watchRevision`): refused otherwise.
+    check_revision: bool,
     reply: oneshot::Sender<CommandOutcome>,
 }
 
@@ -478,13 +481,40 @@ impl Engine {
         name: &str,
         cmd: ManualCommand,
     ) -> Result<CommandOutcome, EngineError> {
+        self.send_command(name, cmd, false).await
+    }
+
+    /// Starts a run of `revision`. Unless `force`, a canary with `watchRevision` refuses
+    /// (not accepted, nothing changed) a revision its canary slot does not report: an
+    /// operator's typo or a deployment that has not landed would otherwise run the
+    /// analysis on a version nobody meant.
+    pub async fn start_run(
+        &self,
+        name: &str,
+        revision: String,
+        force: bool,
+    ) -> Result<CommandOutcome, EngineError> {
+        self.send_command(name, ManualCommand::Start { revision }, !force)
+            .await
+    }
+
+    async fn send_command(
+        &self,
+        name: &str,
+        cmd: ManualCommand,
+        check_revision: bool,
+    ) -> Result<CommandOutcome, EngineError> {
         let h = self
             .canaries
             .get(name)
             .ok_or_else(|| EngineError::NotFound(name.to_string()))?;
         let (reply, rx) = oneshot::channel();
         h.cmd
-            .send(CommandMsg { cmd, reply })
+            .send(CommandMsg {
+                cmd,
+                check_revision,
+                reply,
+            })
             .await
             .map_err(|_| EngineError::Stopped)?;
         rx.await.map_err(|_| EngineError::Stopped)

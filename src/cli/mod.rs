@@ -7,6 +7,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod ctl;
+mod serve;
+use ctl::{ctl_main, CtlCmd};
+use serve::serve;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "weir",
@@ -89,6 +94,27 @@ enum Command {
         #[command(subcommand)]
         from: ImportCmd,
     },
+    /// A small bounded load generator: GET URL at --rate per second for --duration,
+    /// a summary line per second (status classes, p50/p99, versions) and a total.
+    Load {
+        /// e.g. http://127.0.0.1:8080/
+        url: String,
+        /// Requests started per second (1..=10000).
+        #[arg(long, default_value_t = 20)]
+        rate: u32,
+        /// How long to send (at most 1h).
+        #[arg(long, value_parser = parse_duration_arg, default_value = "30s")]
+        duration: std::time::Duration,
+        /// Requests in flight at most (1..=1024); one due while all are busy is skipped.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Extra request header, `name: value` (repeatable).
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// Cookie header to send, e.g. `canary=always`.
+        #[arg(long)]
+        cookie: Option<String>,
+    },
     /// Client of the control API (readable tables; --json for raw JSON).
     Ctl {
         /// Base URL of the control API.
@@ -119,198 +145,6 @@ enum ImportCmd {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-}
-
-#[derive(Subcommand, Debug)]
-enum CtlCmd {
-    /// Readiness, table version, and per route the weight and the idle slot.
-    Status,
-    /// Fleet coordination (`cluster:`): replicas, shards, heartbeats and which canary
-    /// each replica owns.
-    Cluster,
-    /// The routes of the table.
-    Routes,
-    /// Windowed stats per route and role.
-    Stats {
-        /// Only this route.
-        #[arg(long)]
-        route: Option<String>,
-        /// Window (whole seconds, 1s..600s).
-        #[arg(long, default_value = "60s")]
-        window: String,
-    },
-    /// Set a route's canary weight (0..100).
-    SetWeight {
-        /// Route name.
-        route: String,
-        /// Percent of traffic to the canary.
-        #[arg(allow_negative_numbers = true)]
-        weight: i64,
-    },
-    /// Live view of weights and per-role success rate and p99; with a CANARY, its
-    /// rollout live: the current state, then one line per event.
-    Watch {
-        /// Follow this canary's rollout instead of the route stats.
-        canary: Option<String>,
-        /// Only this route.
-        #[arg(long)]
-        route: Option<String>,
-        /// Stats window (whole seconds, 1s..600s).
-        #[arg(long, default_value = "10s")]
-        window: String,
-        /// Time between refreshes.
-        #[arg(long, value_parser = parse_duration_arg, default_value = "1s")]
-        interval: std::time::Duration,
-        /// Stop after N refreshes, or N events with a CANARY (default: until Ctrl-C).
-        #[arg(long)]
-        count: Option<u64>,
-    },
-    /// The canaries: phase, weights, iteration, failed checks, revision, slots; with a
-    /// NAME, that canary's last checks and recent events.
-    Canaries {
-        /// Only this canary, in detail.
-        name: Option<String>,
-    },
-    /// Start a run of a canary for a revision (restarts a run in progress).
-    Start {
-        /// Canary name.
-        canary: String,
-        /// Revision label of the run.
-        #[arg(long)]
-        revision: String,
-    },
-    /// Skip the remaining analysis and promote.
-    Promote {
-        /// Canary name.
-        canary: String,
-    },
-    /// Roll back the run in progress.
-    Abort {
-        /// Canary name.
-        canary: String,
-    },
-    /// Freeze a canary: no tick, no check, no step.
-    Pause {
-        /// Canary name.
-        canary: String,
-    },
-    /// Continue a paused canary.
-    Resume {
-        /// Canary name.
-        canary: String,
-    },
-}
-
-fn ctl_main(api: String, token_file: Option<PathBuf>, json: bool, cmd: CtlCmd) -> ExitCode {
-    use std::io::IsTerminal;
-    let token = match token_file.as_deref().map(crate::ctl::read_token_file) {
-        None => None,
-        Some(Ok(t)) => Some(t),
-        Some(Err(e)) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    use crate::ctl::canaries::CanaryCommand;
-    let canary_cmd = match &cmd {
-        CtlCmd::Watch {
-            canary: Some(name),
-            count,
-            ..
-        } => Some(CanaryCommand::Watch {
-            name: Some(name.clone()),
-            count: *count,
-        }),
-        CtlCmd::Canaries { name } => Some(CanaryCommand::Show { name: name.clone() }),
-        CtlCmd::Start { canary, revision } => Some(CanaryCommand::Start {
-            name: canary.clone(),
-            revision: revision.clone(),
-        }),
-        CtlCmd::Promote { canary } => Some(CanaryCommand::Promote {
-            name: canary.clone(),
-        }),
-        CtlCmd::Abort { canary } => Some(CanaryCommand::Abort {
-            name: canary.clone(),
-        }),
-        CtlCmd::Pause { canary } => Some(CanaryCommand::Pause {
-            name: canary.clone(),
-        }),
-        CtlCmd::Resume { canary } => Some(CanaryCommand::Resume {
-            name: canary.clone(),
-        }),
-        _ => None,
-    };
-    if let Some(c) = canary_cmd {
-        let target = crate::ctl::canaries::Target { api, token, json };
-        let rt = match runtime(Some(1)) {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("cannot start runtime: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut out = std::io::stdout();
-        return match rt.block_on(crate::ctl::canaries::run(&target, &c, &mut out)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                match e {
-                    crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
-                    _ => ExitCode::FAILURE,
-                }
-            }
-        };
-    }
-    let command = match cmd {
-        CtlCmd::Status => crate::ctl::CtlCommand::Status,
-        CtlCmd::Cluster => crate::ctl::CtlCommand::Cluster,
-        CtlCmd::Routes => crate::ctl::CtlCommand::Routes,
-        CtlCmd::Stats { route, window } => crate::ctl::CtlCommand::Stats { route, window },
-        CtlCmd::SetWeight { route, weight } => crate::ctl::CtlCommand::SetWeight { route, weight },
-        CtlCmd::Watch {
-            route,
-            window,
-            interval,
-            count,
-            ..
-        } => crate::ctl::CtlCommand::Watch {
-            route,
-            window,
-            interval,
-            count,
-        },
-        // Handled above.
-        CtlCmd::Canaries { .. }
-        | CtlCmd::Start { .. }
-        | CtlCmd::Promote { .. }
-        | CtlCmd::Abort { .. }
-        | CtlCmd::Pause { .. }
-        | CtlCmd::Resume { .. } => return ExitCode::from(2),
-    };
-    let opts = crate::ctl::CtlOptions {
-        api,
-        token,
-        json,
-        redraw: std::io::stdout().is_terminal(),
-    };
-    let rt = match runtime(Some(1)) {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut out = std::io::stdout();
-    match rt.block_on(crate::ctl::run(&opts, &command, &mut out)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            match e {
-                crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
-            }
-        }
-    }
 }
 
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
@@ -368,7 +202,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The client prints tables on stdout: no log lines there.
     match cli.cmd {
-        Command::Ctl { .. } => {}
+        Command::Ctl { .. } | Command::Load { .. } => {}
         // The demo prints the rollout itself; logs only for problems.
         Command::Demo { .. } => init_logging("warn,weir::rollout=off", cli.log_format),
         _ => init_logging("info", cli.log_format),
@@ -453,109 +287,21 @@ pub fn main() -> ExitCode {
         Command::Import {
             from: ImportCmd::Flagger { files },
         } => crate::import::main(&files),
-    }
-}
-
-async fn serve(
-    cfg: config::Config,
-    path: std::path::PathBuf,
-    started: crate::reload::Started,
-) -> ExitCode {
-    // Before anything listens: a SIGHUP that arrives while starting must find
-    // the handler, or its default action would end the process.
-    #[cfg(unix)]
-    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
-    #[cfg(not(unix))]
-    let hup = ();
-    let app = match crate::app::start(cfg).await {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    reload_until_signal(hup, &path, &started, &app).await;
-    tracing::info!("shutting down: draining in-flight requests (a second signal exits at once)");
-    tokio::select! {
-        _ = app.shutdown() => {}
-        _ = wait_for_signal() => tracing::warn!("second signal: exiting now"),
-    }
-    ExitCode::SUCCESS
-}
-
-/// Reloads the config file on every SIGHUP until SIGTERM or SIGINT.
-async fn reload_until_signal(
-    #[cfg(unix)] hup: std::io::Result<tokio::signal::unix::Signal>,
-    #[cfg(not(unix))] hup: (),
-    path: &std::path::Path,
-    started: &crate::reload::Started,
-    app: &crate::app::RunningApp,
-) {
-    #[cfg(unix)]
-    {
-        let Ok(mut hup) = hup else {
-            tracing::warn!("cannot listen for SIGHUP: config reload is off");
-            return wait_for_signal().await;
-        };
-        let stop = wait_for_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => return,
-                _ = hup.recv() => match crate::reload::reload(path, started, &app.store) {
-                    Ok(r) => {
-                        tracing::info!(
-                            target: "weir::reload",
-                            file = %path.display(),
-                            version = r.version,
-                            "config reloaded: routing table applied"
-                        );
-                        for name in &r.kept {
-                            tracing::warn!(
-                                target: "weir::reload",
-                                route = %name,
-                                "route is driven by a canary: kept its running definition; the file's applies at the next start"
-                            );
-                        }
-                        if !r.needs_restart.is_empty() {
-                            tracing::warn!(
-                                target: "weir::reload",
-                                sections = %r.needs_restart.join(", "),
-                                "changed in the file but applied only at a restart"
-                            );
-                        }
-                    }
-                    Err(e) => tracing::error!(
-                        target: "weir::reload",
-                        "config reload refused, nothing changed:\n{e}"
-                    ),
-                },
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (hup, path, started, app);
-        wait_for_signal().await
-    }
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        Command::Load {
+            url,
+            rate,
+            duration,
+            concurrency,
+            headers,
+            cookie,
+        } => crate::load::main(
+            &url,
+            rate,
+            duration,
+            concurrency,
+            &headers,
+            cookie.as_deref(),
+        ),
     }
 }
 
