@@ -358,6 +358,9 @@ pub fn main() -> ExitCode {
                     let file = config.display().to_string();
                     eprintln!("{}", config::format_warnings(&file, &c.warnings));
                 }
+                for note in config::provider_notes(&c) {
+                    println!("{}: note: {note}", config.display());
+                }
                 println!(
                     "{}: ok ({} listeners, {} backends, {} routes, {} canaries)",
                     config.display(),

@@ -17,6 +17,7 @@ mod duration;
 mod locate;
 pub mod raw;
 mod raw_policies;
+mod raw_providers;
 pub mod tls;
 mod validate;
 
@@ -28,6 +29,11 @@ pub use validate::{
     IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, MetricKind, OutlierSettings,
     Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
     UpstreamTls,
+};
+pub use validate::{
+    compile_table_with, provider_notes, DockerEndpoint, DockerSettings, DockerTlsFiles,
+    ProvidersConfig, TableRules, DEFAULT_DOCKER_DEBOUNCE, DEFAULT_DOCKER_ENDPOINT,
+    DEFAULT_DOCKER_RESYNC, DEFAULT_DOCKER_TIMEOUT,
 };
 pub use validate::{
     AlertProvider, AlertRule, BudgetSettings, CircuitBreakerLimits, ProviderKind, RateKey,

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 pub use super::raw_policies::{
     RawBackoff, RawCircuitBreaker, RawRateLimit, RawRetries, RawRetryBudget,
 };
+pub use super::raw_providers::{RawDockerProvider, RawDockerTls, RawProviders};
 
 /// The whole file.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -49,6 +50,9 @@ pub struct RawConfig {
     /// Where `analysis.alerts` send their notifications, by name (Flagger's `AlertProvider`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub alert_providers: BTreeMap<String, RawAlertProvider>,
+    /// Sources of endpoint lists besides the file (`providers.docker`, DESIGN §16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub providers: Option<RawProviders>,
 }
 
 /// One `alertProviders:` entry. Its `Debug` hides `address` (a chat webhook URL is a secret).

@@ -14,6 +14,7 @@ pub mod access;
 pub mod cluster;
 pub mod error;
 pub mod probe;
+pub mod providers;
 pub mod table;
 
 #[cfg(test)]
