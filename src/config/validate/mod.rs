@@ -141,6 +141,7 @@ pub fn validate(raw: RawConfig, base: &Path) -> Result<Config, Vec<ConfigError>>
         &table_raw,
         &raw.alert_providers,
         base,
+        rules,
         &mut errs,
     );
     let rollout = RolloutSettings {
