@@ -390,9 +390,75 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
         metrics.contains("weir_provider_connected{provider=\"docker\"} 1"),
         "{metrics}"
     );
+
+    // A table write that gives a provided backend no endpoints (a reload of the
+    // file, which declares none) keeps the provider's list; an explicit empty
+    // list is refused by name.
+    let before = endpoints(&app, "app-blue").await;
+    let table = api(&app, "/api/v1/table").await;
+    let mut table = table.get("table").cloned().unwrap_or(table);
+    table["backends"]["app-blue"]["endpoints"] = json!([]);
+    let put = |path: &str, body: Value| {
+        http::Request::put(format!("http://{}{path}", app.admin_addr))
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(Bytes::from(body.to_string())))
+            .unwrap()
+    };
+    let r = send(&client(), put("/api/v1/table", table)).await;
+    assert!(r.status < 300, "{} {}", r.status, r.text());
+    assert_eq!(endpoints(&app, "app-blue").await, before);
+    let r = send(
+        &client(),
+        put(
+            "/api/v1/backends/app-blue/endpoints",
+            json!({"endpoints": []}),
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(
+        r.text().contains("at least one endpoint is required"),
+        "{}",
+        r.text()
+    );
     running.stop();
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+}
+
+#[test]
+fn weir_check_says_which_backends_the_provider_fills() {
+    let dir = std::env::temp_dir().join(format!("weir-docker-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("weir.yaml");
+    let table = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  app-blue: {}\n  app-green: { endpoints: [] }\nroutes:\n  - { name: app, primary: app-blue, canary: app-green }\n";
+    let check = |yaml: &str| {
+        std::fs::write(&file, yaml).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["check", "-c"])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let out = check(&format!(
+        "{table}providers:\n  docker: {{ network: app-net }}\n"
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("note: backends.app-blue: no endpoints in the file; providers.docker fills them from running containers labelled weir.backend=app-blue"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("note: backends.app-green:"), "{stdout}");
+    // Without the provider, still an error.
+    let out = check(table);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("backends.app-blue.endpoints: at least one endpoint is required"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

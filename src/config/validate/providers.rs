@@ -223,3 +223,7 @@ pub fn provider_notes(cfg: &Config) -> Vec<String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "providers_tests.rs"]
+mod tests;
