@@ -77,8 +77,10 @@ impl Daemon {
         let path = path.split('?').next().unwrap_or("");
         // bollard prefixes the API version: `/v1.52/containers/json`.
         let tail = match path.strip_prefix("/v") {
-            Some(rest) => rest.split_once('/').map_or(path, |(_, t)| t),
-            None => path.trim_start_matches('/'),
+            Some(rest) if rest.starts_with(|c: char| c.is_ascii_digit()) => {
+                rest.split_once('/').map_or("", |(_, t)| t)
+            }
+            _ => path.trim_start_matches('/'),
         };
         let json = |status: StatusCode, v: Value| {
             Response::builder()

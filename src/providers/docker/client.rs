@@ -23,7 +23,8 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<Event, String>> + Send>>
 
 /// What the provider asks of a Docker daemon.
 pub trait Engine: Send + Sync {
-    /// `GET /_ping`: the daemon answers.
+    /// `GET /version` and `GET /_ping`: the daemon answers, and the client speaks
+    /// the API version it supports (an older daemon refuses a newer client's requests).
     fn ping(&self) -> EngineFuture<'_, ()>;
     /// IDs of every container (running or not) that has a `weir.backend` label.
     fn list(&self) -> EngineFuture<'_, Vec<String>>;
@@ -87,6 +88,12 @@ fn label_filter() -> HashMap<String, Vec<String>> {
 impl Engine for Bollard {
     fn ping(&self) -> EngineFuture<'_, ()> {
         Box::pin(async move {
+            // The clones share their version setting: this one negotiates it for all.
+            self.docker
+                .clone()
+                .negotiate_version()
+                .await
+                .map_err(|e| format!("GET /version: {e}"))?;
             self.docker.ping().await.map_err(|e| e.to_string())?;
             Ok(())
         })
