@@ -11,7 +11,7 @@ use crate::config::{DockerEndpoint, DockerSettings};
 use bollard::models::{ContainerInspectResponse, EventMessage};
 use bollard::query_parameters::{EventsOptions, ListContainersOptions};
 use futures_core::Stream;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -215,6 +215,6 @@ pub fn event_from_message(m: &EventMessage) -> Event {
         attributes: actor
             .and_then(|a| a.attributes.as_ref())
             .map(|a| a.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_else(BTreeMap::new),
+            .unwrap_or_default(),
     }
 }
