@@ -366,7 +366,8 @@ wait_for "app-blue to be a ready v1 again" 60 \
 sleep 2
 stop_load
 no_loss "$tmp/load-broken.txt" "load during the broken release and its rollback"
-only <(cut -d' ' -f2 "$tmp/load-broken.txt") v2 || fail "some answers did not come from the primary (v2)"
+cut -d' ' -f2 "$tmp/load-broken.txt" >"$tmp/load-broken-versions.txt"
+only "$tmp/load-broken-versions.txt" v2 || fail "some answers did not come from the primary (v2)"
 ok
 
 step "ingress: the daemon connection cut keeps traffic flowing"
