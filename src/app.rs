@@ -31,6 +31,7 @@ pub fn api_routes() -> impl Iterator<Item = &'static RouteDef> {
         .chain(crate::table_api::ROUTES.iter())
         .chain(crate::rollout::api::ROUTES.iter())
         .chain(crate::endpoints::api::ROUTES.iter())
+        .chain(crate::providers::api::ROUTES.iter())
         .chain(crate::cluster::api::ROUTES.iter())
         .chain(crate::console::ROUTES.iter())
 }
@@ -112,6 +113,9 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     let admin_addr = admin_listener.local_addr().map_err(|e| e.to_string())?;
     let metrics = Metrics::new();
     let store = TableStore::with_metrics(cfg.table.clone(), metrics.clone());
+    if cfg.providers.any() {
+        store.enable_providers();
+    }
     let shared = Arc::new(ProxyShared {
         store: store.clone(),
         client: build_client(&cfg.proxy),
@@ -177,6 +181,22 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         rx.clone(),
     )));
     tasks.push(tokio::spawn(metrics_upkeep(metrics.clone(), rx.clone())));
+    // Endpoint providers (DESIGN §16): their lists are rolling updates like the API's.
+    let board = crate::dataplane::providers::ProviderBoard::new();
+    if let Some(docker) = &cfg.providers.docker {
+        metrics.add_section(Arc::new(crate::providers::api::ProviderMetrics(
+            board.clone(),
+        )));
+        tasks.push(crate::providers::docker::spawn(
+            docker.clone(),
+            store.clone(),
+            board.clone(),
+            crate::providers::docker::client::connector(docker),
+            crate::clock::Clock::system(),
+            rand::random(),
+            rx.clone(),
+        ));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let state = Arc::new(ApiState {
         store: store.clone(),
@@ -191,6 +211,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             let mut ext = http::Extensions::new();
             ext.insert(engine.clone());
             ext.insert(shared.clone());
+            ext.insert(board.clone());
             if let Some(c) = &cluster {
                 ext.insert(c.clone());
                 ext.insert(ReadinessCheck(crate::cluster::api::not_ready_reason));

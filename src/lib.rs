@@ -32,6 +32,8 @@
 //! - [`load`]: `weir load URL`, a small bounded load generator (per-second summaries) for demos and quick starts.
 //! - [`endpoints`]: the endpoint feature: the tasks that probe endpoints and tick rolling updates, and the
 //!   endpoint routes of the admin API (the state they drive is `dataplane::endpoints`).
+//! - [`providers`]: endpoint lists from outside the file: the Docker provider (container labels and
+//!   events → rolling updates, revisions for the engine) and `GET /api/v1/providers`.
 //! - [`rollout`]: the progressive-delivery engine: PURE state machine, driver, data planes, webhooks, metric checks
 //!   (built-ins, Prometheus, `metricTemplates` with the `web` provider),
 //!   its `/metrics` series (`rollout::exporter`, also under Flagger's names).
@@ -50,7 +52,7 @@
 //! 2. `config`, then `wire` (the API's documents; the table is config's raw schema);
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
-//! 5. features with their handlers: `table_api`, `endpoints`, `rollout`, `cluster`, then `console`;
+//! 5. features with their handlers: `table_api`, `endpoints`, `providers`, `rollout`, `cluster`, then `console`;
 //! 6. `app` (composition), `ctl`, `load`, `demo`, `import`, `cli`.
 //!
 //! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
@@ -72,6 +74,7 @@ pub mod headers;
 pub mod import;
 pub mod load;
 pub mod probe;
+pub mod providers;
 pub mod proxy;
 pub mod reload;
 pub mod rollout;

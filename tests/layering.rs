@@ -28,6 +28,7 @@ const ORDER: &[&str] = &[
     "reload",
     // features
     "endpoints",
+    "providers",
     "table_api",
     "cluster",
     "rollout",

@@ -174,6 +174,9 @@ pub fn check_command(path: &Path, colour: bool) -> bool {
     eprint!("{}", checked.report.render(colour));
     match &checked.loaded {
         Some((_, c)) => {
+            for note in super::provider_notes(c) {
+                println!("{}: note: {note}", path.display());
+            }
             println!(
                 "{}: ok ({} listeners, {} backends, {} routes, {} canaries)",
                 path.display(),

@@ -23,6 +23,7 @@ mod duration;
 mod locate;
 pub mod raw;
 mod raw_policies;
+mod raw_providers;
 mod raw_templates;
 mod recover;
 mod suggest;
@@ -40,6 +41,11 @@ pub use validate::{
     IntOrPercent, ListenerConfig, ListenerTls, LoadBalancer, MetricKind, OutlierSettings,
     Promotion, ProxySettings, RollingSettings, RolloutSettings, TableSpec, UpstreamProtocol,
     UpstreamTls,
+};
+pub use validate::{
+    compile_table_with, provider_notes, DockerEndpoint, DockerSettings, DockerTlsFiles,
+    ProvidersConfig, TableRules, DEFAULT_DOCKER_DEBOUNCE, DEFAULT_DOCKER_ENDPOINT,
+    DEFAULT_DOCKER_RESYNC, DEFAULT_DOCKER_TIMEOUT,
 };
 pub use validate::{validate_json_path, MetricTemplate, WebMetric, DEFAULT_WEB_TIMEOUT};
 pub use validate::{

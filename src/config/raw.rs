@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 pub use super::raw_policies::{
     RawBackoff, RawCircuitBreaker, RawRateLimit, RawRetries, RawRetryBudget,
 };
+pub use super::raw_providers::{RawDockerProvider, RawDockerTls, RawProviders};
 pub use super::raw_templates::{
     RawMetricTemplate, RawTemplateHeader, RawTemplateProvider, RawTemplateRef,
 };
@@ -57,6 +58,9 @@ pub struct RawConfig {
     /// `analysis.metrics[].templateRef`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metric_templates: BTreeMap<String, RawMetricTemplate>,
+    /// Sources of endpoint lists besides the file (`providers.docker`, DESIGN §16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub providers: Option<RawProviders>,
 }
 
 /// One `alertProviders:` entry. Its `Debug` hides `address` (a chat webhook URL is a secret).

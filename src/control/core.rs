@@ -16,8 +16,10 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
+use crate::dataplane::providers::ProviderBoard;
 use crate::wire::access::WhoAmI;
 use crate::wire::probe::Readiness;
+use crate::wire::providers::ProviderStatusBrief;
 
 /// The core routes, first in the table.
 pub static ROUTES: &[RouteDef] = &[
@@ -85,6 +87,20 @@ pub static ROUTES: &[RouteDef] = &[
 
 /// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`).
 fn readyz(s: &ApiState) -> ApiResponse {
+    let providers: Vec<ProviderStatusBrief> = s
+        .ext
+        .get::<std::sync::Arc<ProviderBoard>>()
+        .map(|b| {
+            b.list()
+                .into_iter()
+                .map(|p| ProviderStatusBrief {
+                    provider: p.provider,
+                    connected: p.connected,
+                    last_error: p.last_error,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     // In a fleet, a replica without a valid etcd lease drives nothing: not ready
     // (it still proxies).
     if let Some(reason) = s.ext.get::<ReadinessCheck>().and_then(|c| (c.0)(s)) {
@@ -95,6 +111,7 @@ fn readyz(s: &ApiState) -> ApiResponse {
                     status: "no-lease".into(),
                     table_version: None,
                     reason: Some(reason),
+                    providers,
                 },
             );
         }
@@ -106,6 +123,7 @@ fn readyz(s: &ApiState) -> ApiResponse {
                 status: "ready".into(),
                 table_version: Some(s.store.load().version),
                 reason: None,
+                providers,
             },
         )
     } else {
@@ -120,6 +138,7 @@ fn readyz(s: &ApiState) -> ApiResponse {
                 status: status.into(),
                 table_version: None,
                 reason: None,
+                providers,
             },
         )
     }

@@ -9,10 +9,12 @@
 //! - [`idle_pool`]: the fast path's idle upstream connections, per endpoint.
 //! - [`mirror`]: per-route mirror counters and in-flight cap.
 //! - [`metrics`]: the per-app Prometheus registry and its per-route handles.
+//! - [`providers`]: what endpoint providers (Docker) share with the engine and the
+//!   API: endpoint revisions from labels, each provider's connection state.
 //! - [`resilience`]: retry budgets, rate-limit buckets and circuit breakers (PURE
 //!   decisions on a passed-in clock, and the state they keep).
 //!
-//! Layering: imports only `config` and `stats`; `proxy`, `control` and the
+//! Layering: imports only `config`, `wire` (documents) and `stats`; `proxy`, `control` and the
 //! features (`endpoints`, `rollout`, `cluster`, `table_api`) build on it.
 
 pub mod backend;
@@ -20,5 +22,6 @@ pub mod endpoints;
 pub mod idle_pool;
 pub mod metrics;
 pub mod mirror;
+pub mod providers;
 pub mod resilience;
 pub mod store;

@@ -12,10 +12,11 @@ use super::mirror::MirrorCounters;
 use super::resilience::RouteGuards;
 use crate::config::affinity::fill_affinity_values;
 use crate::config::raw::{RawRoute, RawTable};
-use crate::config::{compile_table, ConfigError, TableSpec};
+use crate::config::{compile_table, compile_table_with, ConfigError, TableRules, TableSpec};
 use crate::stats::RouteStats;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
@@ -85,6 +86,11 @@ pub struct TableStore {
     events: broadcast::Sender<TableChanged>,
     /// The app's Prometheus registry; hands out per-route handles.
     metrics: Arc<Metrics>,
+    /// A provider fills endpoint lists: a backend may be empty, and a write
+    /// naming a backend with no endpoints keeps the list it has.
+    provided: AtomicBool,
+    /// Endpoint revisions as the providers know them (from labels).
+    revisions: super::providers::EndpointRevisions,
 }
 
 impl TableStore {
@@ -99,7 +105,11 @@ impl TableStore {
         let mut raw = spec.raw.clone();
         fill_affinity_values(&RawTable::default(), &mut raw, &mut rand::rng());
         if raw != spec.raw {
-            if let Ok(filled) = compile_table(&raw) {
+            // `spec` was validated by its caller (with the rules it needed).
+            let rules = TableRules {
+                empty_backends: true,
+            };
+            if let Ok(filled) = compile_table_with(&raw, rules) {
                 spec = filled;
             }
         }
@@ -117,6 +127,8 @@ impl TableStore {
             guards: Mutex::new(HashMap::new()),
             events,
             metrics,
+            provided: AtomicBool::new(false),
+            revisions: Default::default(),
         };
         let snap = store.build(spec, 1);
         store.current.store(Arc::new(snap));
@@ -136,6 +148,19 @@ impl TableStore {
     /// The Prometheus registry route handles come from.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Lets providers fill backends (`providers:` configured): from now on a
+    /// backend may have no endpoints, and a write that gives a backend none
+    /// (a reload of the file, `PUT /api/v1/table`) keeps the list it has,
+    /// so a reload never empties what a provider filled.
+    pub fn enable_providers(&self) {
+        self.provided.store(true, Ordering::Release);
+    }
+
+    /// Endpoint revisions as the providers know them.
+    pub fn revisions(&self) -> &super::providers::EndpointRevisions {
+        &self.revisions
     }
 
     /// Backend runtime state by name.
@@ -224,7 +249,20 @@ impl TableStore {
         }
         let mut raw = f(&cur)?;
         fill_affinity_values(&cur.spec.raw, &mut raw, &mut rand::rng());
-        let spec = compile_table(&raw).map_err(WriteError::Invalid)?;
+        let provided = self.provided.load(Ordering::Acquire);
+        if provided {
+            for (name, b) in raw.backends.iter_mut() {
+                if b.endpoints.is_empty() {
+                    if let Some(old) = cur.spec.raw.backends.get(name) {
+                        b.endpoints = old.endpoints.clone();
+                    }
+                }
+            }
+        }
+        let rules = TableRules {
+            empty_backends: provided,
+        };
+        let spec = compile_table_with(&raw, rules).map_err(WriteError::Invalid)?;
         let snap = Arc::new(self.build(spec, cur.version + 1));
         self.current.store(snap.clone());
         let names: Vec<String> = snap.spec.backends.keys().cloned().collect();

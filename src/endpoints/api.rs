@@ -107,6 +107,14 @@ pub fn put_endpoints(
     if_match: Option<u64>,
     actor: &str,
 ) -> Result<Accepted, PutError> {
+    // Said here, not left to the table's validation: with a provider configured
+    // the store keeps a backend's list when a write gives it none.
+    if body.endpoints.is_empty() {
+        return Err(PutError::Invalid(vec![ConfigError::new(
+            "endpoints",
+            "at least one endpoint is required",
+        )]));
+    }
     let mut attempts = 0;
     loop {
         attempts += 1;

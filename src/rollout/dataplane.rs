@@ -68,6 +68,10 @@ pub struct BackendView {
     pub revision_path: Option<String>,
     /// Whether every endpoint in rotation is ready (health checks) and none drains.
     pub ready: bool,
+    /// The revision a provider (`providers.docker`, from `weir.revision` labels)
+    /// knows every configured endpoint to run; `None`: unknown or mixed, and the
+    /// revision is read through `revision_path`.
+    pub provided_revision: Option<String>,
 }
 
 impl BackendView {
@@ -303,6 +307,7 @@ impl DataPlane for InProcess {
                 rotation,
                 revision_path: spec.revision_path.clone(),
                 ready,
+                provided_revision: self.store.revisions().common(name, &spec.endpoints),
             })
         })
     }
@@ -405,6 +410,18 @@ pub struct RevisionReport {
 /// first line of the answer as the revision. A rolling update in progress, a mixed
 /// answer or a failed call reports no revision: no run starts from a half-deployed slot.
 pub async fn probe_revision(client: &HttpClient, backend: &BackendView) -> RevisionReport {
+    // A provider knows each endpoint's revision from its labels: nothing to poll.
+    if let Some(rev) = &backend.provided_revision {
+        let settled = backend.settled();
+        return RevisionReport {
+            revision: settled.then(|| rev.clone()),
+            ready: settled && backend.ready,
+            detail: format!(
+                "backend {}: revision {rev} (from the provider)",
+                backend.name
+            ),
+        };
+    }
     let Some(path) = &backend.revision_path else {
         return RevisionReport {
             revision: None,

@@ -15,6 +15,7 @@ pub mod canary;
 pub mod cluster;
 pub mod error;
 pub mod probe;
+pub mod providers;
 pub mod rolling;
 pub mod table;
 

@@ -14,4 +14,8 @@ pub struct Readiness {
     /// Why not ready, when a feature says so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Endpoint providers and whether each is connected (a disconnected one
+    /// keeps its backends' last lists, so it does not make weir unready).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub providers: Vec<super::providers::ProviderStatusBrief>,
 }

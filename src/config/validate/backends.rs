@@ -38,6 +38,7 @@ pub(super) fn validate_backend(
     path: &str,
     name: &str,
     b: &RawBackend,
+    rules: TableRules,
     errs: &mut Errors,
 ) -> Option<BackendSpec> {
     let before = errs.0.len();
@@ -47,10 +48,10 @@ pub(super) fn validate_backend(
             "backend names use letters, digits, '-', '_' and '.' only",
         );
     }
-    if b.endpoints.is_empty() {
+    if b.endpoints.is_empty() && !rules.empty_backends {
         errs.push(
             format!("{path}.endpoints"),
-            "at least one endpoint is required",
+            "at least one endpoint is required (or configure providers.docker to fill it from container labels)",
         );
     }
     let mut seen = BTreeSet::new();

@@ -40,6 +40,7 @@ pub(super) fn validate_canaries(
         &BTreeMap<String, RawMetricTemplate>,
     ),
     base: &Path,
+    rules: TableRules,
     errs: &mut Errors,
 ) -> Vec<CanaryConfig> {
     let mut out = Vec::new();
@@ -414,13 +415,13 @@ pub(super) fn validate_canaries(
             );
         }
         // Revisions are read from the slots' revisionPath: both slots, since a swap
-        // exchanges them.
+        // exchanges them. With providers.docker, from the containers' labels.
         if let Some(r) = table.routes.iter().find(|r| r.name == c.route) {
             let needs = |why: &str, slot: &str, errs: &mut Errors| {
                 let has = table
                     .backends
                     .get(slot)
-                    .is_some_and(|b| b.revision_path.is_some());
+                    .is_some_and(|b| b.revision_path.is_some() || rules.empty_backends);
                 if !has && table.backends.contains_key(slot) {
                     errs.push(
                         format!("{p}.{why}"),

@@ -14,6 +14,7 @@ mod canary_types;
 mod lint;
 mod listeners;
 mod policies;
+mod providers;
 mod routes;
 mod templates;
 mod types;
@@ -35,6 +36,12 @@ use policies::*;
 pub use policies::{
     BudgetSettings, CircuitBreakerLimits, RateKey, RateLimitPolicy, RetryOn, RetryPolicy,
     RoutePolicies, MAX_RETRY_ATTEMPTS,
+};
+use providers::validate_providers;
+pub use providers::{
+    provider_notes, DockerEndpoint, DockerSettings, DockerTlsFiles, ProvidersConfig,
+    DEFAULT_DOCKER_DEBOUNCE, DEFAULT_DOCKER_ENDPOINT, DEFAULT_DOCKER_RESYNC,
+    DEFAULT_DOCKER_TIMEOUT,
 };
 use routes::*;
 use templates::*;
@@ -120,6 +127,7 @@ pub fn validate_all(
     let listeners = validate_listeners(&raw.listeners, base, &mut errs);
     let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
     let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
+    let providers = validate_providers(raw.providers.as_ref(), base, &mut errs);
     let mut table_raw = RawTable {
         backends: raw.backends,
         routes: raw.routes,
@@ -132,7 +140,10 @@ pub fn validate_all(
             *ca = base.join(&*ca).to_string_lossy().into_owned();
         }
     }
-    let table = compile_into(&table_raw, &mut errs);
+    let rules = TableRules {
+        empty_backends: raw.providers.as_ref().is_some_and(|p| p.docker.is_some()),
+    };
+    let table = compile_into(&table_raw, rules, &mut errs);
     let alert_providers = validate_alert_providers(&raw.alert_providers, base, &mut errs);
     let templates = validate_templates(&raw.metric_templates, &raw.canaries, base, &mut errs);
     let canaries = validate_canaries(
@@ -141,6 +152,7 @@ pub fn validate_all(
         &raw.alert_providers,
         (&templates, &raw.metric_templates),
         base,
+        rules,
         &mut errs,
     );
     let rollout = RolloutSettings {
@@ -172,6 +184,7 @@ pub fn validate_all(
         rollout,
         cluster,
         alert_providers,
+        providers,
         warnings: errs.1,
     };
     (Ok(cfg), warnings)
@@ -180,20 +193,35 @@ pub fn validate_all(
 /// Validates and compiles backends + routes (used by the loader and by every
 /// API write).
 pub fn compile_table(raw: &RawTable) -> Result<TableSpec, Vec<ConfigError>> {
+    compile_table_with(raw, TableRules::default())
+}
+
+/// What a table may hold beyond the strict rules of a file without providers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableRules {
+    /// A backend may have no endpoints: a provider (`providers.docker`) fills it.
+    pub empty_backends: bool,
+}
+
+/// [`compile_table`] under `rules`.
+pub fn compile_table_with(
+    raw: &RawTable,
+    rules: TableRules,
+) -> Result<TableSpec, Vec<ConfigError>> {
     let mut errs = Errors::new();
-    let t = compile_into(raw, &mut errs);
+    let t = compile_into(raw, rules, &mut errs);
     match t {
         Some(t) if errs.0.is_empty() => Ok(t),
         _ => Err(errs.0),
     }
 }
 
-fn compile_into(raw: &RawTable, errs: &mut Errors) -> Option<TableSpec> {
+fn compile_into(raw: &RawTable, rules: TableRules, errs: &mut Errors) -> Option<TableSpec> {
     let before = errs.0.len();
     let mut backends = BTreeMap::new();
     for (name, b) in &raw.backends {
         let path = join_key("backends", name);
-        if let Some(spec) = validate_backend(&path, name, b, errs) {
+        if let Some(spec) = validate_backend(&path, name, b, rules, errs) {
             backends.insert(name.clone(), spec);
         }
     }

@@ -213,6 +213,8 @@ pub struct Config {
     pub cluster: Option<crate::config::cluster::ClusterSettings>,
     /// `alertProviders:` by name (addresses resolved from `addressFile`).
     pub alert_providers: BTreeMap<String, super::alerts::AlertProvider>,
+    /// `providers:` (endpoint lists from outside the file).
+    pub providers: super::providers::ProvidersConfig,
     /// Values accepted but changed or worth a second look, each with its field path
     /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
     pub warnings: Vec<ConfigError>,

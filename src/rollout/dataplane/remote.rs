@@ -112,6 +112,9 @@ pub fn parse_backend(body: &[u8]) -> Result<BackendView, String> {
         rotation,
         revision_path: doc.revision_path,
         ready: !serving.is_empty() && serving.iter().all(|e| e.ready),
+        // The backend document carries no revisions: a remote plane's slots are
+        // read through `revisionPath`.
+        provided_revision: None,
     })
 }
 
