@@ -285,10 +285,11 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
     );
     let app = proxy(&yaml).await;
     let at = |p: u16| format!("127.0.0.1:{p}");
+    // One listing writes each backend in turn: wait for both.
     wait!("the first listing", {
         endpoints(&app, "app-blue").await == [at(b1.addr.port())]
+            && endpoints(&app, "app-green").await == [at(g1.addr.port())]
     });
-    assert_eq!(endpoints(&app, "app-green").await, [at(g1.addr.port())]);
     wait!("traffic to the listed container", {
         versions(&app, 1).await == ["200 v1"]
     });
