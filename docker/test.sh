@@ -28,7 +28,10 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 image=${WEIR_IMAGE:-weir:dev}
-max_image_bytes=$((20 * 1000 * 1000))
+# One static binary and nothing else; it grew past 20 MB with the Docker
+# provider's Engine API client (bollard), metric templates and weir check's
+# diagnostics. The bound still catches debug info or a second binary.
+max_image_bytes=$((25 * 1000 * 1000))
 run_id="$$-$RANDOM"
 ingress_project="weirtest-ingress-$run_id"
 sidecar_project="weirtest-sidecar-$run_id"
