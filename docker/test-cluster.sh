@@ -53,19 +53,8 @@ containers=()
 networks=()
 load_pids=()
 
-step() {
-  current=$1
-  printf '\n==> [%3ss] step %d/%d: %s\n' "$((SECONDS - script_start))" "$((passed + 1))" "${#STEPS[@]}" "$current"
-}
-ok() {
-  passed=$((passed + 1))
-  printf '    ok: %s\n' "$current"
-}
-info() { printf '    %s\n' "$*"; }
-fail() {
-  printf '\nFAILED at step %d/%d (%s): %s\n' "$((passed + 1))" "${#STEPS[@]}" "$current" "$*" >&2
-  exit 1
-}
+# step, ok, info, fail (and find_compose): docker/lib.sh.
+. "$here/lib.sh"
 
 tmp=$(mktemp -d)
 chmod 0755 "$tmp"

@@ -52,28 +52,10 @@ passed=0
 current=""
 finished=0
 
-if docker compose version >/dev/null 2>&1; then
-  COMPOSE=(docker compose)
-elif command -v docker-compose >/dev/null 2>&1; then
-  COMPOSE=(docker-compose)
-else
-  echo "docker/test-provider.sh: neither 'docker compose' nor 'docker-compose' is installed" >&2
-  exit 1
-fi
 
-step() {
-  current=$1
-  printf '\n==> [%3ss] step %d/%d: %s\n' "$((SECONDS - script_start))" "$((passed + 1))" "${#STEPS[@]}" "$current"
-}
-ok() {
-  passed=$((passed + 1))
-  printf '    ok: %s\n' "$current"
-}
-info() { printf '    %s\n' "$*"; }
-fail() {
-  printf '\nFAILED at step %d/%d (%s): %s\n' "$((passed + 1))" "${#STEPS[@]}" "$current" "$*" >&2
-  exit 1
-}
+# step, ok, info, fail (and find_compose): docker/lib.sh.
+. "$here/lib.sh"
+find_compose
 
 tmp=$(mktemp -d)
 chmod 0755 "$tmp"
