@@ -279,6 +279,30 @@ struct Managed {
     objects: HashMap<String, Arc<Endpoint>>,
     /// Members draining, with the time they left the rotation.
     draining_since: HashMap<String, u64>,
+    /// Readiness from outside the health checks (see [`EndpointControl::set_gate`]).
+    gate: Option<Gate>,
+    /// The gate changed since the last tick, which re-reads every endpoint's flag.
+    gate_changed: bool,
+}
+
+/// What an endpoint provider says of each endpoint it fills a backend with:
+/// address → `None` when ready, or the reason it is not (a Docker HEALTHCHECK
+/// still `starting`, `unhealthy`, a container that is restarting or gone).
+/// An address the provider does not list is not ready: nothing runs there.
+pub type Gate = HashMap<String, Option<String>>;
+
+impl Managed {
+    /// Health check (when there is one) and provider gate (when there is one)
+    /// both pass: what the rolling update and the balancer go by.
+    fn ready(&self, ep: &str) -> bool {
+        let checked = self.settings.health.is_some();
+        let healthy = self.health.get(ep).map_or(!checked, |h| h.ready);
+        healthy && gate_ready(self.gate.as_ref(), ep)
+    }
+}
+
+fn gate_ready(gate: Option<&Gate>, ep: &str) -> bool {
+    gate.is_none_or(|g| matches!(g.get(ep), Some(None)))
 }
 
 /// Endpoint management of one backend (module doc).
@@ -347,6 +371,8 @@ impl EndpointControl {
                 health,
                 objects,
                 draining_since: HashMap::new(),
+                gate: None,
+                gate_changed: false,
             }),
             detector: Mutex::new(detector),
             outlier_threshold: AtomicU32::new(threshold),
@@ -434,6 +460,49 @@ impl EndpointControl {
             }
         }
         m.settings = settings;
+    }
+
+    /// Sets (or, with `None`, lifts) the provider's readiness gate: from now on an
+    /// endpoint is ready only if its health check passes and the gate says so.
+    /// A change is an event (`ready` / `notReady` with the provider's reason) for
+    /// every endpoint the update knows, and wakes the driver, whose next tick
+    /// applies it to the rolling update and the balancer.
+    pub fn set_gate(&self, gate: Option<Gate>, now: u64) {
+        let mut guard = lock(&self.state);
+        let m = &mut *guard;
+        if m.gate == gate {
+            return;
+        }
+        let mut known: Vec<String> = m
+            .update
+            .members
+            .iter()
+            .filter(|x| !x.draining)
+            .map(|x| x.endpoint.clone())
+            .chain(m.update.desired.iter().cloned())
+            .collect();
+        known.sort();
+        known.dedup();
+        for ep in &known {
+            let before = gate_ready(m.gate.as_ref(), ep);
+            let after = gate_ready(gate.as_ref(), ep);
+            if before == after {
+                continue;
+            }
+            let (kind, msg) = if after {
+                ("ready", "provider: ready".to_string())
+            } else {
+                let why = gate
+                    .as_ref()
+                    .and_then(|g| g.get(ep).cloned().flatten())
+                    .unwrap_or_else(|| "not among its containers".to_string());
+                ("notReady", format!("provider: {why}"))
+            };
+            self.push_event(kind, Some(ep), m.generation, msg, now);
+        }
+        m.gate = gate;
+        m.gate_changed = true;
+        self.wake.notify_one();
     }
 
     /// The handle the driver waits on between ticks.

@@ -404,3 +404,101 @@ fn events_are_numbered_and_bounded() {
     assert!(b.control().events_since(last).is_empty());
     assert_eq!(b.control().events_since(last - 1).len(), 1);
 }
+
+fn gate(pairs: &[(&str, Option<&str>)]) -> Option<Gate> {
+    Some(
+        pairs
+            .iter()
+            .map(|(ep, why)| (ep.to_string(), why.map(str::to_string)))
+            .collect(),
+    )
+}
+
+#[test]
+fn a_provider_gate_holds_an_endpoint_out_until_it_says_ready() {
+    let reg = BackendRegistry::default();
+    let b = reg.sync(&spec(&OLD[..1], false, 1, 0));
+    b.control().set_gate(gate(&[(OLD[0], None)]), 0);
+    // A recreated container: the old one is gone, the new one's HEALTHCHECK is
+    // still starting. Nothing runs at the old address any more, so it leaves at
+    // once; the new one may not join yet.
+    b.control()
+        .set_gate(gate(&[(NEW[0], Some("health check: starting"))]), 0);
+    reg.sync(&spec(&NEW[..1], false, 1, 0));
+    let t0 = now_ms();
+    b.control().tick(&b.rotation, &[], t0 + 1_000, DRAIN_MS);
+    assert!(rotation(&b).is_empty(), "{:?}", rotation(&b));
+    let view = b.endpoints_view();
+    let new = view.endpoints.iter().find(|e| e.address == NEW[0]).unwrap();
+    assert!(new.desired && !new.in_rotation && !new.ready);
+    let reasons: Vec<String> = view
+        .events
+        .iter()
+        .filter(|e| e.kind == "notReady")
+        .map(|e| e.message.clone())
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|m| m == "provider: not among its containers"),
+        "{reasons:?}"
+    );
+    // Still gated when the deadline (10 s) has passed: the update is stalled.
+    b.control().tick(&b.rotation, &[], t0 + 20_000, DRAIN_MS);
+    assert_eq!(b.rollout_status().phase, Phase::Stalled);
+    assert!(b
+        .endpoints_view()
+        .events
+        .iter()
+        .any(|e| e.kind == "stalled"));
+    // Healthy: it joins and the update completes.
+    b.control().set_gate(gate(&[(NEW[0], None)]), t0 + 21_000);
+    b.control().tick(&b.rotation, &[], t0 + 21_000, DRAIN_MS);
+    assert_eq!(rotation(&b), [NEW[0]]);
+    assert_eq!(b.rollout_status().phase, Phase::Complete);
+    assert_eq!(ready_in_rotation(&b), 1);
+}
+
+#[test]
+fn a_gated_endpoint_in_rotation_stops_serving_and_comes_back() {
+    let reg = BackendRegistry::default();
+    let b = reg.sync(&spec(&OLD[..2], true, 1, 0));
+    b.control()
+        .set_gate(gate(&[(OLD[0], None), (OLD[1], None)]), 0);
+    b.control()
+        .tick(&b.rotation, &probe(&b, &[]), 1_000, DRAIN_MS);
+    assert_eq!(ready_in_rotation(&b), 2);
+    // Its container turns unhealthy while its HTTP check still passes: the gate
+    // alone takes it out of the balancer.
+    b.control().set_gate(
+        gate(&[(OLD[0], None), (OLD[1], Some("health check: unhealthy"))]),
+        2_000,
+    );
+    b.control()
+        .tick(&b.rotation, &probe(&b, &[]), 2_000, DRAIN_MS);
+    assert_eq!(rotation(&b), OLD[..2], "it stays in rotation, not ready");
+    assert_eq!(ready_in_rotation(&b), 1);
+    let last = b.endpoints_view().events.last().cloned().unwrap();
+    assert_eq!(
+        (last.kind, last.endpoint.as_deref(), last.message.as_str()),
+        (
+            "notReady",
+            Some(OLD[1]),
+            "provider: health check: unhealthy"
+        )
+    );
+    // And the other way round: the gate passes but the HTTP check fails.
+    b.control()
+        .set_gate(gate(&[(OLD[0], None), (OLD[1], None)]), 3_000);
+    b.control()
+        .tick(&b.rotation, &probe(&b, &[OLD[0]]), 3_000, DRAIN_MS);
+    assert_eq!(ready_in_rotation(&b), 1);
+    b.control()
+        .tick(&b.rotation, &probe(&b, &[]), 4_000, DRAIN_MS);
+    assert_eq!(ready_in_rotation(&b), 2);
+    // Lifting the gate leaves the health checks alone in charge.
+    b.control().set_gate(None, 5_000);
+    b.control()
+        .tick(&b.rotation, &probe(&b, &[]), 5_000, DRAIN_MS);
+    assert_eq!(ready_in_rotation(&b), 2);
+}

@@ -25,10 +25,10 @@ impl EndpointControl {
     ) {
         let mut guard = lock(&self.state);
         let m = &mut *guard;
-        let checked = m.settings.health.is_some();
         let generation = m.generation;
 
-        // Health: count the probes, flip the balancer's flag on a change.
+        // Health: count the probes; the balancer's flag follows a change below.
+        let mut changed: Vec<String> = Vec::new();
         if let Some(cfg) = &m.settings.health {
             for (ep, result) in results {
                 let Some(h) = m.health.get_mut(ep) else {
@@ -38,9 +38,7 @@ impl EndpointControl {
                     continue;
                 }
                 let ready = h.ready;
-                if let Some(obj) = m.objects.get(ep) {
-                    obj.ready.store(ready, Ordering::Relaxed);
-                }
+                changed.push(ep.clone());
                 let (kind, msg) = if ready {
                     ("ready", "health check passes")
                 } else {
@@ -55,16 +53,26 @@ impl EndpointControl {
             }
         }
 
+        // The balancer's flag follows health and gate together, and only when one
+        // of them changed: nothing else is overwritten.
+        if std::mem::take(&mut m.gate_changed) {
+            changed = m.objects.keys().cloned().collect();
+        }
+        for ep in &changed {
+            if let Some(obj) = m.objects.get(ep) {
+                obj.ready.store(m.ready(ep), Ordering::Relaxed);
+            }
+        }
+
         // One step of the rolling update.
         let (mut next, actions) = {
-            let health = &m.health;
-            let readiness = |ep: &str| health.get(ep).map_or(!checked, |h| h.ready);
+            let readiness = |ep: &str| m.ready(ep);
             rolling::step(&m.update, &readiness, now)
         };
         for action in &actions {
             match action {
                 Action::Add(ep) => {
-                    let ready = m.health.get(ep).map_or(!checked, |h| h.ready);
+                    let ready = m.ready(ep);
                     let obj = match m.objects.get(ep) {
                         Some(obj) => Some(obj.clone()),
                         None => Endpoint::new(ep),

@@ -44,8 +44,7 @@ impl EndpointControl {
         let desired: HashSet<&str> = u.desired.iter().map(String::as_str).collect();
         let mut endpoints: Vec<EndpointView> = Vec::new();
         let mut seen = HashSet::new();
-        let checked = m.settings.health.is_some();
-        let ready_of = |ep: &str| m.health.get(ep).map_or(!checked, |h| h.ready);
+        let ready_of = |ep: &str| m.ready(ep);
         let failed_probes = |ep: &str| m.health.get(ep).map_or(0, |h| h.consecutive_failures);
         for member in &u.members {
             seen.insert(member.endpoint.as_str());
