@@ -238,6 +238,24 @@ async fn endpoints(app: &RunningApp, backend: &str) -> Vec<String> {
     e
 }
 
+/// The endpoints of `backend` that may get requests now: in rotation, ready and
+/// not draining (a listed container joins only once its HEALTHCHECK passes).
+async fn serving(app: &RunningApp, backend: &str) -> Vec<String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(b) = app.store.backend(backend) else {
+        return Vec::new();
+    };
+    let mut e: Vec<String> = b
+        .rotation
+        .load()
+        .iter()
+        .filter(|e| e.ready.load(Relaxed) && !e.draining.load(Relaxed))
+        .map(|e| e.address.clone())
+        .collect();
+    e.sort();
+    e
+}
+
 /// Polls `$done` (which may `.await`) every 20 ms; fails after [`WAIT`].
 macro_rules! wait {
     ($what:expr, $done:expr) => {{
@@ -306,11 +324,16 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
     daemon.put(container("b3", "app-blue", b3.addr.port(), "v1", None));
     daemon.event("start", &full_id("b3"));
     wait!("b3 joins, b2 still starting", {
-        endpoints(&app, "app-blue").await.len() == 2
+        serving(&app, "app-blue").await.len() == 2
     });
-    assert!(!endpoints(&app, "app-blue")
+    assert!(!serving(&app, "app-blue")
         .await
         .contains(&at(b2.addr.port())));
+    assert_eq!(
+        endpoints(&app, "app-blue").await.len(),
+        3,
+        "the starting one is listed, waiting to join"
+    );
     // Its HEALTHCHECK passes: ready.
     daemon.put(container(
         "b2",
@@ -321,21 +344,24 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
     ));
     daemon.event("health_status: healthy", &full_id("b2"));
     wait!("b2 joins when healthy", {
-        endpoints(&app, "app-blue").await.len() == 3
+        serving(&app, "app-blue").await.len() == 3
     });
-    // b1 turns unhealthy: out; b3 dies: out.
+    // b1 turns unhealthy: no more requests; b3 dies: out of the list.
     daemon.event("health_status: unhealthy", &full_id("b1"));
     daemon.event("die", &full_id("b3"));
     wait!("the unhealthy and the dead leave", {
-        endpoints(&app, "app-blue").await == [at(b2.addr.port())]
+        serving(&app, "app-blue").await == [at(b2.addr.port())]
     });
     let doc = api(&app, "/api/v1/providers").await;
     let p = &doc["providers"][0];
     assert_eq!(p["provider"], "docker");
     assert_eq!(p["connected"], true);
+    let mut listed = vec![at(b1.addr.port()), at(b2.addr.port())];
+    listed.sort();
+    assert_eq!(p["backends"]["app-blue"]["endpoints"], json!(listed));
     assert_eq!(
-        p["backends"]["app-blue"]["endpoints"],
-        json!([at(b2.addr.port())])
+        p["backends"]["app-blue"]["notReady"],
+        json!({ at(b1.addr.port()): "health check: unhealthy" })
     );
     let b1_status = p["containers"]
         .as_array()
@@ -368,8 +394,8 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
         metrics.contains("weir_provider_connected{provider=\"docker\"} 0"),
         "{metrics}"
     );
-    assert!(metrics.contains("weir_provider_endpoints{provider=\"docker\",backend=\"app-blue\"} 1"));
-    assert_eq!(endpoints(&app, "app-blue").await, [at(b2.addr.port())]);
+    assert!(metrics.contains("weir_provider_endpoints{provider=\"docker\",backend=\"app-blue\"} 2"));
+    assert_eq!(serving(&app, "app-blue").await, [at(b2.addr.port())]);
     assert_eq!(versions(&app, 5).await, vec!["200 v1"; 5]);
 
     // Meanwhile b1 recovers; the daemon returns: a re-list finds it.
@@ -383,7 +409,7 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
     daemon.containers.lock().unwrap().remove(&full_id("b3"));
     let running = serve(daemon.clone(), &sock);
     wait!("the reconnect and re-list", {
-        endpoints(&app, "app-blue").await.len() == 2
+        serving(&app, "app-blue").await.len() == 2
             && api(&app, "/readyz").await["providers"][0]["connected"] == true
     });
     let metrics = send(&client(), get(app.admin_addr, "/metrics", &[]))
@@ -540,6 +566,116 @@ async fn a_new_revision_label_on_the_canary_slot_starts_a_run_that_promotes() {
         "the revision from the label"
     );
     assert_eq!(versions(&app, 10).await, vec!["200 v2"; 10]);
+    let tally = traffic.stop().await;
+    assert!(tally.done() > 0);
+    assert!(
+        tally.failures().is_empty(),
+        "no request lost: {:?}",
+        tally.failures()
+    );
+    running.stop();
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+}
+
+/// `docker compose up -d app-green` with an image whose HEALTHCHECK never
+/// passes: the new revision starts a run at once, which waits for the slot
+/// (no failed check, no traffic); the slot's rolling update stalls after its
+/// `progressDeadline` and the run rolls back, naming the deadline. Traffic
+/// stays on the primary throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_never_turns_healthy_stalls_and_rolls_back() {
+    let (blue, green1, green3) = (echo("v1").await, echo("v1").await, echo("v3").await);
+    let sock = temp_socket("stall");
+    let daemon = Arc::new(Daemon::default());
+    daemon.put(container("blue", "app-blue", blue.addr.port(), "v1", None));
+    daemon.put(container(
+        "green1",
+        "app-green",
+        green1.addr.port(),
+        "v1",
+        None,
+    ));
+    let running = serve(daemon.clone(), &sock);
+    let yaml = format!(
+        "backends:\n  app-blue: {{}}\n  app-green:\n    rollingUpdate: {{ progressDeadline: 1500ms }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
+        sock.display()
+    );
+    let app = proxy(&yaml).await;
+    wait!("the first listing", {
+        !serving(&app, "app-green").await.is_empty() && !serving(&app, "app-blue").await.is_empty()
+    });
+    // Two ticks see v1: it is the baseline, not a release.
+    for _ in 0..2 {
+        let tick = app.engine.status("app").expect("canary").next_tick_ms;
+        wait!("an engine tick", {
+            app.engine.status("app").expect("canary").next_tick_ms != tick
+        });
+    }
+    assert_eq!(app.engine.status("app").unwrap().phase, Phase::Initialized);
+    let traffic = weir::demo::traffic::TrafficSpec::new(app.proxy_addr()).start();
+    daemon.containers.lock().unwrap().remove(&full_id("green1"));
+    daemon.event("destroy", &full_id("green1"));
+    daemon.put(container(
+        "green3",
+        "app-green",
+        green3.addr.port(),
+        "v3",
+        Some("starting"),
+    ));
+    daemon.event("start", &full_id("green3"));
+    wait!("the run to start on v3", {
+        let s = app.engine.status("app").unwrap();
+        s.phase == Phase::Progressing && s.revision.as_deref() == Some("v3")
+    });
+    wait!("the run to wait for the slot", {
+        let s = app.engine.status("app").unwrap();
+        s.events.iter().any(|e| e.reason == "WaitingCanary")
+    });
+    let s = app.engine.status("app").unwrap();
+    assert_eq!((s.canary_weight, s.failed_checks), (0, 0), "{s:#?}");
+    // It turns unhealthy and stays so.
+    daemon.put(container(
+        "green3",
+        "app-green",
+        green3.addr.port(),
+        "v3",
+        Some("unhealthy"),
+    ));
+    daemon.event("health_status: unhealthy", &full_id("green3"));
+    let done = {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let s = app.engine.status("app").unwrap();
+            if s.phase == Phase::Failed {
+                break s;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the rollback: {s:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let rolled = done
+        .events
+        .iter()
+        .find(|e| e.reason == "RolledBack")
+        .unwrap_or_else(|| panic!("{done:#?}"));
+    assert!(
+        rolled
+            .message
+            .contains("progress deadline exceeded: rolling update of backend app-green"),
+        "{}",
+        rolled.message
+    );
+    assert_eq!(done.canary_weight, 0);
+    // The slot's own update reported the stall (the RollingUpdateStalled alert).
+    let green = app.store.backend("app-green").unwrap();
+    let events = green.endpoints_view().events;
+    assert!(events.iter().any(|e| e.kind == "stalled"), "{events:#?}");
+    assert!(serving(&app, "app-green").await.is_empty());
+    assert_eq!(versions(&app, 5).await, vec!["200 v1"; 5]);
     let tally = traffic.stop().await;
     assert!(tally.done() > 0);
     assert!(

@@ -80,7 +80,7 @@ impl ScrapeSection for ProviderMetrics {
         }
         let _ = writeln!(
             out,
-            "# HELP weir_provider_endpoints Endpoints a provider last wrote for a backend.\n# TYPE weir_provider_endpoints gauge"
+            "# HELP weir_provider_endpoints Endpoints a provider last wrote for a backend, ready or not.\n# TYPE weir_provider_endpoints gauge"
         );
         for p in &list {
             for (b, pb) in &p.backends {

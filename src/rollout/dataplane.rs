@@ -27,7 +27,9 @@ use http::Method;
 
 use super::convert::{apply_change, merge_diff, CanaryDef, RouteChange};
 use super::http::HttpClient;
+use super::machine::SlotDeploy;
 use crate::config::raw::RawRoute;
+use crate::dataplane::endpoints::rolling::{Phase, RollingStatus};
 use crate::dataplane::store::{TableStore, WriteError};
 use crate::stats::{Role, WindowSnapshot};
 use crate::wire::table::{BackendStatus, EndpointStatus, RouteStats};
@@ -72,9 +74,55 @@ pub struct BackendView {
     /// knows every configured endpoint to run; `None`: unknown or mixed, and the
     /// revision is read through `revision_path`.
     pub provided_revision: Option<String>,
+    /// Its endpoint rolling update (DESIGN §7); `None`: not reported.
+    pub update: Option<UpdateRead>,
+}
+
+/// A backend's endpoint rolling update as the engine reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpdateRead {
+    /// `Progressing`, `Complete` or `Stalled`.
+    pub phase: Phase,
+    /// Endpoints in the list being rolled to.
+    pub desired: usize,
+    /// Of those, in rotation.
+    pub updated: usize,
+    /// Ready endpoints in rotation (new and old).
+    pub ready: usize,
+    /// Old endpoints still in rotation.
+    pub old: usize,
+}
+
+impl UpdateRead {
+    /// The counts of `status`.
+    pub fn of(status: &RollingStatus) -> Self {
+        UpdateRead {
+            phase: status.phase,
+            desired: status.desired,
+            updated: status.updated,
+            ready: status.ready,
+            old: status.old,
+        }
+    }
 }
 
 impl BackendView {
+    /// Where the slot's deployment stands, for a run on it (see [`SlotDeploy`]).
+    pub fn deploy(&self) -> SlotDeploy {
+        let Some(u) = &self.update else {
+            return SlotDeploy::Ready;
+        };
+        let counts = format!(
+            "backend {}: {} of {} new endpoints in rotation, {} ready, {} old",
+            self.name, u.updated, u.desired, u.ready, u.old
+        );
+        match u.phase {
+            Phase::Complete => SlotDeploy::Ready,
+            Phase::Progressing => SlotDeploy::Rolling(format!("rolling update of {counts}")),
+            Phase::Stalled => SlotDeploy::Stalled(format!("rolling update of {counts}")),
+        }
+    }
+
     /// The rotation holds exactly the configured endpoints: no deployment in progress.
     pub fn settled(&self) -> bool {
         let mut a = self.endpoints.clone();
@@ -308,6 +356,10 @@ impl DataPlane for InProcess {
                 revision_path: spec.revision_path.clone(),
                 ready,
                 provided_revision: self.store.revisions().common(name, &spec.endpoints),
+                update: self
+                    .store
+                    .backend(name)
+                    .map(|b| UpdateRead::of(&b.rollout_status())),
             })
         })
     }
@@ -411,10 +463,12 @@ pub struct RevisionReport {
 /// answer or a failed call reports no revision: no run starts from a half-deployed slot.
 pub async fn probe_revision(client: &HttpClient, backend: &BackendView) -> RevisionReport {
     // A provider knows each endpoint's revision from its labels: nothing to poll.
+    // Known before the slot settles, so that a run starts on a release at once
+    // and waits for it to turn ready (or rolls back when its update stalls).
     if let Some(rev) = &backend.provided_revision {
         let settled = backend.settled();
         return RevisionReport {
-            revision: settled.then(|| rev.clone()),
+            revision: Some(rev.clone()),
             ready: settled && backend.ready,
             detail: format!(
                 "backend {}: revision {rev} (from the provider)",

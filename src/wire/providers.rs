@@ -42,11 +42,16 @@ pub struct ProviderStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProvidedBackend {
-    /// The endpoint list written (the ready containers' `ip:port`).
+    /// The endpoint list written: the `ip:port` of every running container,
+    /// ready or not (the rolling update lets one join only once it is ready).
     pub endpoints: Vec<String>,
     /// Endpoint → revision (`weir.revision`, default the image ID).
     pub revisions: BTreeMap<String, String>,
-    /// Set when no container is ready and the previous list is kept.
+    /// Endpoints of the list that are not ready, with the reason (a HEALTHCHECK
+    /// `starting` or `unhealthy`, a container restarting or gone).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_ready: BTreeMap<String, String>,
+    /// Set when no container is running and the previous list is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -71,7 +76,7 @@ pub struct ContainerStatus {
     /// The HEALTHCHECK status (`starting`, `healthy`, `unhealthy`); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
-    /// An endpoint of its backend now.
+    /// Running and, with a HEALTHCHECK, healthy: may serve once in rotation.
     pub ready: bool,
     /// Why not, when not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]

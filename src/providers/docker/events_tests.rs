@@ -115,7 +115,15 @@ fn applying_the_stream_changes_readiness_and_removes_containers() {
     let ready = |k: &BTreeMap<String, Container>| -> Vec<String> {
         let all: Vec<Container> = k.values().cloned().collect();
         let (b, _) = super::super::labels::desired(&all, None);
-        b.values().flat_map(|p| p.endpoints.clone()).collect()
+        b.values()
+            .flat_map(|p| {
+                p.endpoints
+                    .iter()
+                    .filter(|e| !p.not_ready.contains_key(*e))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     };
     assert_eq!(ready(&known).len(), 2, "blue-1 and blue-2");
     let (blue2, exited) = (container("blue-2").id, container("blue-exited").id);

@@ -2,11 +2,14 @@
 //!
 //! A container with `weir.backend=NAME` belongs to backend NAME. Its endpoint is
 //! `IP:PORT`: the IP it has in the configured network (or in its only network),
-//! the port from `weir.port`. It is an endpoint only while it is *ready*: running,
-//! and healthy when it has a HEALTHCHECK (Docker's `starting` and `unhealthy`
-//! are not ready). Its revision is `weir.revision`, or else its image ID, so
-//! an image rebuilt under the same tag is still a new revision. Weights are not
-//! labels: they belong to the route.
+//! the port from `weir.port`. A running (or restarting) container with an
+//! address is *listed*: its endpoint is in the backend's list, which is a
+//! rolling update (DESIGN §7). It is *ready* only while it is running and, when
+//! it has a HEALTHCHECK, healthy (Docker's `starting` and `unhealthy` are not
+//! ready): the rolling update lets it join only then, and a broken release
+//! therefore stalls instead of vanishing. Its revision is `weir.revision`, or
+//! else its image ID, so an image rebuilt under the same tag is still a new
+//! revision. Weights are not labels: they belong to the route.
 
 use crate::wire::providers::{ContainerStatus, ProvidedBackend};
 use std::collections::BTreeMap;
@@ -126,10 +129,19 @@ pub fn judge(c: &Container, network: Option<&str>) -> Option<ContainerStatus> {
     })
 }
 
+/// Whether a container's endpoint is in its backend's list: it runs (or Docker
+/// is restarting it) and has an address. Created, paused, exited, dead and
+/// removing containers serve nothing and are left out.
+fn listed(s: &ContainerStatus) -> bool {
+    !s.backend.is_empty()
+        && s.address.is_some()
+        && matches!(s.state.as_str(), "running" | "restarting")
+}
+
 /// Every labelled container judged (sorted by backend, then name), and each
-/// backend's ready endpoints with their revisions. A backend all of whose
-/// containers are not ready has an empty list here; keeping the previous list
-/// then is the driver's decision.
+/// backend's listed endpoints with their revisions and, for those not ready,
+/// the reason. A backend none of whose containers is listed has an empty list
+/// here; keeping the previous list then is the driver's decision.
 pub fn desired(
     containers: &[Container],
     network: Option<&str>,
@@ -145,11 +157,17 @@ pub fn desired(
             continue;
         }
         let b = backends.entry(s.backend.clone()).or_default();
-        if let (true, Some(addr)) = (s.ready, &s.address) {
-            if !b.endpoints.contains(addr) {
-                b.endpoints.push(addr.clone());
-                b.revisions.insert(addr.clone(), s.revision.clone());
-            }
+        let Some(addr) = s.address.as_ref().filter(|_| listed(s)) else {
+            continue;
+        };
+        if b.endpoints.contains(addr) {
+            continue;
+        }
+        b.endpoints.push(addr.clone());
+        b.revisions.insert(addr.clone(), s.revision.clone());
+        if !s.ready {
+            let why = s.reason.clone().unwrap_or_else(|| "not ready".into());
+            b.not_ready.insert(addr.clone(), why);
         }
     }
     for b in backends.values_mut() {

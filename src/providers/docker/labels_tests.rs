@@ -135,7 +135,7 @@ fn an_ipv6_address_is_bracketed() {
 }
 
 #[test]
-fn every_fixture_together_gives_each_backend_its_ready_endpoints_sorted() {
+fn every_fixture_together_gives_each_backend_its_running_endpoints_sorted() {
     let all: Vec<Container> = [
         "two-networks",
         "blue-2",
@@ -165,8 +165,37 @@ fn every_fixture_together_gives_each_backend_its_ready_endpoints_sorted() {
     assert_eq!(blue.endpoints, want);
     assert_eq!(blue.revisions[&net("blue-1", 9901)], "v1");
     assert!(blue.revisions[&net("blue-2", 9001)].starts_with("sha256:"));
-    // app-green has containers, none ready: present with an empty list.
-    assert!(backends["app-green"].endpoints.is_empty());
+    assert!(blue.not_ready.is_empty(), "{:?}", blue.not_ready);
+    // app-green's running containers are listed, not ready, with Docker's
+    // reason; the restarting one has no address, so it is not listed.
+    let green = &backends["app-green"];
+    let starting = net("green-starting", 9901);
+    let unhealthy = net("green-unhealthy", 9001);
+    let mut want = vec![starting.clone(), unhealthy.clone()];
+    want.sort();
+    assert_eq!(green.endpoints, want);
+    assert_eq!(green.not_ready[&starting], "health check: starting");
+    assert_eq!(green.not_ready[&unhealthy], "health check: unhealthy");
+    assert_eq!(green.revisions.len(), 2);
+}
+
+#[test]
+fn a_restarting_container_with_an_address_is_listed_not_ready() {
+    let mut c = fixture("green-restarting");
+    c.networks = [("weirrec_app-net".to_string(), "172.26.0.9".to_string())].into();
+    let mut exited = fixture("blue-exited");
+    exited.networks = [("weirrec_app-net".to_string(), "172.26.0.8".to_string())].into();
+    let (backends, _) = desired(&[c, exited], None);
+    let green = &backends["app-green"];
+    assert_eq!(green.endpoints.len(), 1, "{green:?}");
+    assert_eq!(
+        green.not_ready[&green.endpoints[0]],
+        "not running (restarting)"
+    );
+    assert!(
+        backends["app-blue"].endpoints.is_empty(),
+        "an exited container is not listed"
+    );
 }
 
 /// The list answer names the same containers, labels included.

@@ -3,23 +3,30 @@
 //! Traefik's Docker provider does.
 //!
 //! - [`client`]: the Engine API behind a trait ([`client::Engine`]), bollard for real.
-//! - [`labels`]: PURE containers → each backend's ready endpoints and revisions.
+//! - [`labels`]: PURE containers → each backend's listed endpoints, their
+//!   readiness and revisions.
 //! - [`events`]: PURE event → change of the known containers.
 //! - this file: the driver. Per connection: subscribe to events, list and inspect
 //!   the labelled containers, then follow the events; changes are throttled
 //!   (`debounce`: the first change of a burst opens a window, the lists are written
-//!   when it closes) and a full re-list runs every `resyncInterval`. A list is
-//!   written as `PUT /api/v1/backends/{name}/endpoints` would (a rolling update,
-//!   DESIGN §7), and each endpoint's revision goes to the table store's
+//!   when it closes) and a full re-list runs every `resyncInterval`. A list (every
+//!   running container, ready or not) is written as
+//!   `PUT /api/v1/backends/{name}/endpoints` would (a rolling update, DESIGN §7),
+//!   after the backend's readiness gate
+//!   ([`EndpointControl::set_gate`](crate::dataplane::endpoints::runtime::EndpointControl::set_gate)):
+//!   a container joins the rotation only once Docker calls it healthy, so a release
+//!   that never turns healthy stalls the update, which is reported after
+//!   `progressDeadline` and fails a canary run waiting on it. Each endpoint's
+//!   revision goes to the table store's
 //!   [`EndpointRevisions`](crate::dataplane::providers::EndpointRevisions), where
 //!   the rollout engine reads a slot's revision.
 //!
-//! Failure: a lost or refused connection keeps every list as last written (a
-//! backend is never emptied by the provider), shows as `connected: false` in
+//! Failure: a lost or refused connection keeps every list and gate as last written
+//! (a backend is never emptied by the provider), shows as `connected: false` in
 //! `/readyz`, `GET /api/v1/providers` and `weir_provider_connected`, and is retried
-//! with jittered exponential backoff on the injected clock. A backend whose
-//! containers are all gone or not ready also keeps its last list (its health
-//! checks, if any, then take the dead endpoints out of service).
+//! with jittered exponential backoff on the injected clock. A backend none of whose
+//! containers runs any more also keeps its last list, with every endpoint not
+//! ready: nothing listens there.
 
 pub mod client;
 pub mod events;
@@ -27,6 +34,7 @@ pub mod labels;
 
 use crate::clock::Clock;
 use crate::config::DockerSettings;
+use crate::dataplane::endpoints::runtime::{now_ms, Gate};
 use crate::dataplane::providers::ProviderBoard;
 use crate::dataplane::store::TableStore;
 use crate::endpoints::api::{put_endpoints, EndpointsBody};
@@ -256,16 +264,29 @@ impl Driver {
             } else {
                 match self.written.get(&name) {
                     Some(prev) if !prev.endpoints.is_empty() => ProvidedBackend {
-                        note: Some("no ready container: the last endpoint list is kept".into()),
+                        note: Some(
+                            "no running container: the last endpoint list is kept, not ready"
+                                .into(),
+                        ),
+                        not_ready: prev
+                            .endpoints
+                            .iter()
+                            .map(|e| (e.clone(), "no running container".to_string()))
+                            .collect(),
                         ..prev.clone()
                     },
                     _ => ProvidedBackend {
-                        note: Some("no ready container yet".into()),
+                        note: Some("no running container yet".into()),
                         ..ProvidedBackend::default()
                     },
                 }
             };
             self.store.revisions().set(&name, next.revisions.clone());
+            // The gate before the list: the update the list starts must never
+            // see a new container as ready before Docker does.
+            if let Some(backend) = self.store.backend(&name) {
+                backend.control().set_gate(Some(gate_of(&next)), now_ms());
+            }
             if !next.endpoints.is_empty() && spec.endpoints != next.endpoints {
                 let body = EndpointsBody {
                     endpoints: next.endpoints.clone(),
@@ -287,6 +308,15 @@ impl Driver {
             s.containers = statuses;
         });
     }
+}
+
+/// The rolling update's gate for a provided list: each listed endpoint is
+/// ready unless Docker says otherwise; an address not listed is not ready.
+fn gate_of(b: &ProvidedBackend) -> Gate {
+    b.endpoints
+        .iter()
+        .map(|e| (e.clone(), b.not_ready.get(e).cloned()))
+        .collect()
 }
 
 /// Containers naming a backend the table does not have are not endpoints.

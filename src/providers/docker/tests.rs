@@ -311,8 +311,8 @@ async fn a_burst_of_events_is_one_write_after_the_debounce() {
         endpoints(&store, "app-blue"),
         ["172.20.0.2:9001", "172.20.0.3:9001", "172.20.0.4:9001"]
     );
-    // health_status → not ready → out of the list; die of the last ready ones
-    // → the last list is kept (a backend is never emptied).
+    // health_status → not ready: still listed (the rolling update keeps it
+    // out of the balancer), no table write.
     let _ = tx.send(Ok(ev("health_status: unhealthy", "b1")));
     fake.containers
         .lock()
@@ -322,24 +322,47 @@ async fn a_burst_of_events_is_one_write_after_the_debounce() {
         .health = Some("unhealthy".into());
     tokio::time::sleep(Duration::from_millis(300)).await;
     settle().await;
+    assert_eq!(store.load().version, version + 1, "the list did not change");
+    let s = &board.list()[0];
     assert_eq!(
-        endpoints(&store, "app-blue"),
-        ["172.20.0.3:9001", "172.20.0.4:9001"]
+        s.backends["app-blue"].not_ready,
+        BTreeMap::from([(
+            "172.20.0.2:9001".to_string(),
+            "health check: unhealthy".to_string()
+        )])
     );
+    let blue = store.backend("app-blue").unwrap();
+    let last = blue.endpoints_view().events.last().cloned().unwrap();
+    assert_eq!(
+        (last.kind, last.endpoint.as_deref(), last.message.as_str()),
+        (
+            "notReady",
+            Some("172.20.0.2:9001"),
+            "provider: health check: unhealthy"
+        )
+    );
+    // die of the others: out of the list.
     let _ = tx.send(Ok(ev("die", "b2")));
     let _ = tx.send(Ok(ev("die", "b3")));
     tokio::time::sleep(Duration::from_millis(300)).await;
     settle().await;
-    assert_eq!(
-        endpoints(&store, "app-blue"),
-        ["172.20.0.3:9001", "172.20.0.4:9001"]
-    );
+    assert_eq!(endpoints(&store, "app-blue"), ["172.20.0.2:9001"]);
+    // die of the last one: the last list is kept (a backend is never
+    // emptied), not ready.
+    let _ = tx.send(Ok(ev("die", "b1")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle().await;
+    assert_eq!(endpoints(&store, "app-blue"), ["172.20.0.2:9001"]);
     let s = &board.list()[0];
     assert_eq!(
         s.backends["app-blue"].note.as_deref(),
-        Some("no ready container: the last endpoint list is kept")
+        Some("no running container: the last endpoint list is kept, not ready")
     );
-    assert_eq!(s.events, 5);
+    assert_eq!(
+        s.backends["app-blue"].not_ready["172.20.0.2:9001"],
+        "no running container"
+    );
+    assert_eq!(s.events, 6);
     assert!(s.containers.iter().all(|c| !c.ready));
     // A periodic re-list happens without events.
     let lists = fake.lists.load(Ordering::SeqCst);

@@ -115,6 +115,30 @@ pub fn parse_backend(body: &[u8]) -> Result<BackendView, String> {
         // The backend document carries no revisions: a remote plane's slots are
         // read through `revisionPath`.
         provided_revision: None,
+        update: doc.rolling_update.as_ref().and_then(update_read),
+    })
+}
+
+/// The rolling update's phase and counts from a backend document's
+/// `rollingUpdate`; `None` when it does not say (an older weir).
+fn update_read(v: &serde_json::Value) -> Option<UpdateRead> {
+    let phase = match v.get("phase")?.as_str()? {
+        "Progressing" => Phase::Progressing,
+        "Complete" => Phase::Complete,
+        "Stalled" => Phase::Stalled,
+        _ => return None,
+    };
+    let n = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+    };
+    Some(UpdateRead {
+        phase,
+        desired: n("desired")?,
+        updated: n("updated")?,
+        ready: n("ready")?,
+        old: n("old")?,
     })
 }
 

@@ -77,3 +77,37 @@ fn a_stats_document_without_a_role_is_an_error_not_idle() {
     let got = parse_stats(body);
     assert!(got.is_err(), "{got:?}");
 }
+
+/// A remote plane's backend document says where the slot's rolling update
+/// stands; a run waits on it (or rolls back on a stall) as on a local one.
+#[test]
+fn a_remote_backend_reports_its_rolling_update_to_the_run() {
+    let doc = |update: &str| {
+        format!(
+            r#"{{"name":"app-green","loadBalancer":"round-robin","configured":["127.0.0.1:2"],
+            "endpoints":[{{"address":"127.0.0.1:1","ready":true,"draining":false,"ejected":false,"inFlight":0}}],
+            "routes":[],"revisionPath":null,"health":null,"rollingUpdate":{update}}}"#
+        )
+    };
+    let rolling = r#"{"generation":2,"desired":1,"ready":1,"updated":0,"old":1,"total":1,
+        "draining":0,"phase":"Progressing","endpoints":[],"events":[]}"#;
+    let b = parse_backend(doc(rolling).as_bytes()).expect("parses");
+    assert_eq!(
+        b.deploy(),
+        SlotDeploy::Rolling(
+            "rolling update of backend app-green: 0 of 1 new endpoints in rotation, 1 ready, 1 old"
+                .into()
+        )
+    );
+    let stalled = rolling.replace("Progressing", "Stalled");
+    let b = parse_backend(doc(&stalled).as_bytes()).expect("parses");
+    assert!(matches!(b.deploy(), SlotDeploy::Stalled(_)), "{b:?}");
+    let complete = rolling.replace("Progressing", "Complete");
+    let b = parse_backend(doc(&complete).as_bytes()).expect("parses");
+    assert_eq!(b.deploy(), SlotDeploy::Ready);
+    // An older weir's document without the update: nothing to wait for.
+    for update in ["null", r#"{"phase":"Sideways"}"#, r#"{"phase":"Stalled"}"#] {
+        let b = parse_backend(doc(update).as_bytes()).expect("parses");
+        assert_eq!(b.deploy(), SlotDeploy::Ready, "{update}");
+    }
+}

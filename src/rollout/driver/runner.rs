@@ -525,6 +525,7 @@ impl Runner {
             obs.primary_revision = self.slot_revision(&primary).await;
             obs.primary_ready = primary.ready;
         }
+        obs.canary_deploy = canary.deploy();
         if let Some(x) = &self.exporter {
             let seen = [
                 (&route.primary, &obs.primary_revision),
@@ -537,7 +538,18 @@ impl Runner {
                     .collect(),
             );
         }
-        for s in &p.steps {
+        // An analysed tick on a slot still deploying only waits or rolls back:
+        // its hooks and metrics would be asked for nothing.
+        let analysed = matches!(
+            self.rec.state.phase,
+            Phase::Progressing | Phase::WaitingPromotion
+        );
+        let steps = if analysed && !obs.canary_deploy.is_ready() {
+            &[][..]
+        } else {
+            &p.steps[..]
+        };
+        for s in steps {
             match s {
                 PlanStep::Hook { index, kind, phase } => {
                     let Some(hook) = self.def.spec.analysis.webhooks.get(*index) else {

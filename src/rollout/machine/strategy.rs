@@ -8,6 +8,20 @@ impl Tick<'_> {
         if let Some(r) = self.detect() {
             return self.restart(r);
         }
+        match &self.obs.canary_deploy {
+            SlotDeploy::Ready => {}
+            SlotDeploy::Rolling(why) => {
+                let msg = format!(
+                    "Waiting for the canary slot to finish deploying {}: {why}",
+                    self.rev()
+                );
+                return self.event(EventReason::WaitingCanary, msg);
+            }
+            SlotDeploy::Stalled(why) => {
+                let why = format!("progress deadline exceeded: {why}");
+                return self.rollback(why);
+            }
+        }
         if self.spec.skip_analysis {
             return self.skip_analysis();
         }

@@ -10,6 +10,9 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
+/// A run on a canary slot that is still deploying.
+mod deploy;
+
 const INTERVAL: u64 = 60_000;
 const START: u64 = 1_000_000;
 
@@ -73,6 +76,8 @@ struct World {
     promote_redeploys: bool,
     /// Stop at the first halting step, as a driver may.
     stop_at_halt: bool,
+    /// The canary slot's deployment.
+    canary_deploy: SlotDeploy,
 }
 
 impl Default for World {
@@ -86,6 +91,7 @@ impl Default for World {
             no_traffic: false,
             promote_redeploys: true,
             stop_at_halt: true,
+            canary_deploy: SlotDeploy::Ready,
         }
     }
 }
@@ -268,6 +274,7 @@ impl Sim {
         obs.canary_revision = self.w.canary_revision.clone();
         obs.primary_revision = self.w.primary_revision.clone();
         obs.primary_ready = self.w.primary_ready;
+        obs.canary_deploy = self.w.canary_deploy.clone();
         obs
     }
 

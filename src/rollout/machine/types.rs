@@ -196,6 +196,32 @@ pub struct Observation {
     pub primary_revision: Option<String>,
     /// Whether the primary's endpoints are ready (webhook promotion).
     pub primary_ready: bool,
+    /// Where the canary slot's deployment (its endpoint rolling update) stands:
+    /// a run analyses only a slot that finished deploying.
+    pub canary_deploy: SlotDeploy,
+}
+
+/// The canary slot's deployment as the driver reads it, Flagger's
+/// `IsCanaryReady`: while it rolls, an analysed run waits (no failed check, no
+/// step, no hook); once it stalled past its `progressDeadline`, the run rolls back.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SlotDeploy {
+    /// Finished, or nothing is known of it: analyse.
+    #[default]
+    Ready,
+    /// Its rolling update is still moving; the detail says how far.
+    Rolling(String),
+    /// Its rolling update made no progress for its `progressDeadline`.
+    Stalled(String),
+}
+
+impl SlotDeploy {
+    /// Hooks and metrics are asked only for a slot that finished deploying (the
+    /// machine reads no result of a tick that waits or rolls back on it).
+    pub fn is_ready(&self) -> bool {
+        *self == SlotDeploy::Ready
+    }
 }
 
 impl Observation {
@@ -332,6 +358,8 @@ pub enum EventReason {
     PromoteHookFailed,
     /// Webhook promotion waits for the primary's revision and readiness.
     WaitingPrimary,
+    /// An analysed run waits for the canary slot's rolling update to finish.
+    WaitingCanary,
     /// Promotion finished moving traffic.
     Finalising,
     /// The run succeeded.
