@@ -30,7 +30,8 @@ use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use weir::app::RunningApp;
-use weir::rollout::Phase;
+use weir::demo::traffic::Traffic;
+use weir::rollout::{CanaryStatus, Phase};
 
 const WAIT: Duration = Duration::from_secs(40);
 
@@ -490,6 +491,72 @@ fn weir_check_says_which_backends_the_provider_fills() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A Compose stack's config: the two provided slots (`green` is app-green's
+/// extra settings), the canary watching the labels' revisions, the provider on
+/// the fake daemon's socket.
+fn release_yaml(sock: &Path, green: &str) -> String {
+    format!(
+        "backends:\n  app-blue: {{}}\n  app-green: {{ {green} }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
+        sock.display()
+    )
+}
+
+/// Waits for the first listing to serve both slots, then for two engine ticks
+/// to see the slots' revisions: the provider's first listing may come after the
+/// engine's first tick, and the first revision seen is the baseline.
+async fn listed_and_baselined(app: &RunningApp) {
+    wait!("the first listing", {
+        !serving(app, "app-green").await.is_empty() && !serving(app, "app-blue").await.is_empty()
+    });
+    for _ in 0..2 {
+        let tick = app.engine.status("app").expect("canary").next_tick_ms;
+        wait!("an engine tick", {
+            app.engine.status("app").expect("canary").next_tick_ms != tick
+        });
+    }
+    assert_eq!(app.engine.status("app").unwrap().phase, Phase::Initialized);
+}
+
+/// `docker compose up -d app-green`: the old container is removed, the new one
+/// (`id`, revision `rev`, HEALTHCHECK `health`) starts.
+fn recreate_green(daemon: &Daemon, old: &str, id: &str, port: u16, rev: &str, health: &str) {
+    daemon.containers.lock().unwrap().remove(&full_id(old));
+    daemon.event("destroy", &full_id(old));
+    daemon.put(container(id, "app-green", port, rev, Some(health)));
+    daemon.event("start", &full_id(id));
+}
+
+/// The canary's status once `done` holds it.
+async fn canary_until(
+    app: &RunningApp,
+    what: &str,
+    done: impl Fn(&CanaryStatus) -> bool,
+) -> CanaryStatus {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let s = app.engine.status("app").expect("canary");
+        if done(&s) {
+            return s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {s:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Stops the load (asserting no request was lost), the daemon and the app.
+async fn finish(app: RunningApp, traffic: Traffic, running: Running, sock: &Path) {
+    let tally = traffic.stop().await;
+    assert!(tally.done() > 0);
+    assert!(
+        tally.failures().is_empty(),
+        "no request lost: {:?}",
+        tally.failures()
+    );
+    running.stop();
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_revision_label_on_the_canary_slot_starts_a_run_that_promotes() {
     let (blue, green1, green2) = (echo("v1").await, echo("v1").await, echo("v2").await);
@@ -511,54 +578,22 @@ async fn a_new_revision_label_on_the_canary_slot_starts_a_run_that_promotes() {
     ));
     let running = serve(daemon.clone(), &sock);
     // No revisionPath: the revisions come from the labels.
-    let yaml = format!(
-        "backends:\n  app-blue: {{}}\n  app-green: {{}}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
-        sock.display()
-    );
-    let app = proxy(&yaml).await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while app.engine.status("app").expect("canary").phase != Phase::Initialized {
-        assert!(tokio::time::Instant::now() < deadline, "initialisation");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The provider's first listing came after the engine's first tick, so the engine
-    // takes the first revision it sees as the baseline: let two ticks see v1.
-    wait!("the first listing", {
-        !endpoints(&app, "app-green").await.is_empty()
-            && !endpoints(&app, "app-blue").await.is_empty()
-    });
-    // Before it, a provided backend has no endpoint (503): traffic starts after.
+    let app = proxy(&release_yaml(&sock, "")).await;
+    // Before the first listing a provided backend has no endpoint (503).
+    listed_and_baselined(&app).await;
     let traffic = weir::demo::traffic::TrafficSpec::new(app.proxy_addr()).start();
-    for _ in 0..2 {
-        let tick = app.engine.status("app").expect("canary").next_tick_ms;
-        wait!("an engine tick", {
-            app.engine.status("app").expect("canary").next_tick_ms != tick
-        });
-    }
-    // `docker compose up -d app-green` with the new image: the old container is
-    // removed, the new one starts and turns healthy.
-    daemon.containers.lock().unwrap().remove(&full_id("green1"));
-    daemon.event("destroy", &full_id("green1"));
-    daemon.put(container(
+    recreate_green(
+        &daemon,
+        "green1",
         "green2",
-        "app-green",
         green2.addr.port(),
         "v2",
-        Some("healthy"),
-    ));
-    daemon.event("start", &full_id("green2"));
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let done = loop {
-        let s = app.engine.status("app").expect("canary");
-        if matches!(s.phase, Phase::Succeeded | Phase::Failed) && s.revision.is_some() {
-            break s;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the run to end: {s:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        "healthy",
+    );
+    let done = canary_until(&app, "the run to end", |s| {
+        matches!(s.phase, Phase::Succeeded | Phase::Failed) && s.revision.is_some()
+    })
+    .await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
     assert_eq!(
         done.revision.as_deref(),
@@ -566,16 +601,7 @@ async fn a_new_revision_label_on_the_canary_slot_starts_a_run_that_promotes() {
         "the revision from the label"
     );
     assert_eq!(versions(&app, 10).await, vec!["200 v2"; 10]);
-    let tally = traffic.stop().await;
-    assert!(tally.done() > 0);
-    assert!(
-        tally.failures().is_empty(),
-        "no request lost: {:?}",
-        tally.failures()
-    );
-    running.stop();
-    app.shutdown().await;
-    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+    finish(app, traffic, running, &sock).await;
 }
 
 /// `docker compose up -d app-green` with an image whose HEALTHCHECK never
@@ -597,42 +623,29 @@ async fn a_release_that_never_turns_healthy_stalls_and_rolls_back() {
         None,
     ));
     let running = serve(daemon.clone(), &sock);
-    let yaml = format!(
-        "backends:\n  app-blue: {{}}\n  app-green:\n    rollingUpdate: {{ progressDeadline: 1500ms }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
-        sock.display()
-    );
-    let app = proxy(&yaml).await;
-    wait!("the first listing", {
-        !serving(&app, "app-green").await.is_empty() && !serving(&app, "app-blue").await.is_empty()
-    });
-    // Two ticks see v1: it is the baseline, not a release.
-    for _ in 0..2 {
-        let tick = app.engine.status("app").expect("canary").next_tick_ms;
-        wait!("an engine tick", {
-            app.engine.status("app").expect("canary").next_tick_ms != tick
-        });
-    }
-    assert_eq!(app.engine.status("app").unwrap().phase, Phase::Initialized);
+    let app = proxy(&release_yaml(
+        &sock,
+        "rollingUpdate: { progressDeadline: 1500ms }",
+    ))
+    .await;
+    listed_and_baselined(&app).await;
     let traffic = weir::demo::traffic::TrafficSpec::new(app.proxy_addr()).start();
-    daemon.containers.lock().unwrap().remove(&full_id("green1"));
-    daemon.event("destroy", &full_id("green1"));
-    daemon.put(container(
+    recreate_green(
+        &daemon,
+        "green1",
         "green3",
-        "app-green",
         green3.addr.port(),
         "v3",
-        Some("starting"),
-    ));
-    daemon.event("start", &full_id("green3"));
-    wait!("the run to start on v3", {
-        let s = app.engine.status("app").unwrap();
+        "starting",
+    );
+    canary_until(&app, "the run to start on v3", |s| {
         s.phase == Phase::Progressing && s.revision.as_deref() == Some("v3")
-    });
-    wait!("the run to wait for the slot", {
-        let s = app.engine.status("app").unwrap();
+    })
+    .await;
+    let s = canary_until(&app, "the run to wait for the slot", |s| {
         s.events.iter().any(|e| e.reason == "WaitingCanary")
-    });
-    let s = app.engine.status("app").unwrap();
+    })
+    .await;
     assert_eq!((s.canary_weight, s.failed_checks), (0, 0), "{s:#?}");
     // It turns unhealthy and stays so.
     daemon.put(container(
@@ -643,20 +656,7 @@ async fn a_release_that_never_turns_healthy_stalls_and_rolls_back() {
         Some("unhealthy"),
     ));
     daemon.event("health_status: unhealthy", &full_id("green3"));
-    let done = {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let s = app.engine.status("app").unwrap();
-            if s.phase == Phase::Failed {
-                break s;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the rollback: {s:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let done = canary_until(&app, "the rollback", |s| s.phase == Phase::Failed).await;
     let rolled = done
         .events
         .iter()
@@ -676,14 +676,5 @@ async fn a_release_that_never_turns_healthy_stalls_and_rolls_back() {
     assert!(events.iter().any(|e| e.kind == "stalled"), "{events:#?}");
     assert!(serving(&app, "app-green").await.is_empty());
     assert_eq!(versions(&app, 5).await, vec!["200 v1"; 5]);
-    let tally = traffic.stop().await;
-    assert!(tally.done() > 0);
-    assert!(
-        tally.failures().is_empty(),
-        "no request lost: {:?}",
-        tally.failures()
-    );
-    running.stop();
-    app.shutdown().await;
-    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+    finish(app, traffic, running, &sock).await;
 }
