@@ -108,6 +108,24 @@ async fn assert_refused(
     err
 }
 
+/// [`assert_refused`] for `PATCH /api/v1/routes/app` with a JSON `body`.
+async fn patch_refused(body: &str, status: u16, field: Option<&str>) -> serde_json::Value {
+    assert_refused(
+        Method::PATCH,
+        "/api/v1/routes/app",
+        body,
+        &[],
+        status,
+        field,
+    )
+    .await
+}
+
+/// [`assert_refused`] for `PUT /api/v1/table` with a JSON `body`.
+async fn put_table_refused(body: &str, status: u16, field: Option<&str>) -> serde_json::Value {
+    assert_refused(Method::PUT, "/api/v1/table", body, &[], status, field).await
+}
+
 /// The two load-generating tests take it so they never compete for the CPU
 /// with each other (the latency comparison would suffer, not the product).
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -517,45 +535,18 @@ fn non_loopback_admin_without_token_is_refused_at_start() {
 
 #[tokio::test]
 async fn malformed_json_is_400() {
-    let e = assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        r#"{"routes": ["#,
-        &[],
-        400,
-        None,
-    )
-    .await;
+    let e = put_table_refused(r#"{"routes": ["#, 400, None).await;
     assert_eq!(e["error"], "malformed-json");
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        "{canaryWeight: 5}",
-        &[],
-        400,
-        None,
-    )
-    .await;
+    let e = patch_refused("{canaryWeight: 5}", 400, None).await;
     assert_eq!(e["error"], "malformed-json");
 }
 
 #[tokio::test]
 async fn unknown_field_is_400_naming_it() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWieght": 5}"#,
-        &[],
-        400,
-        Some("canaryWieght"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWieght": 5}"#, 400, Some("canaryWieght")).await;
     assert_eq!(e["error"], "schema");
-    assert_refused(
-        Method::PUT,
-        "/api/v1/table",
+    put_table_refused(
         r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"], "weight": 3}}, "routes": []}"#,
-        &[],
         400,
         Some("backends.b.weight"),
     )
@@ -564,113 +555,41 @@ async fn unknown_field_is_400_naming_it() {
 
 #[tokio::test]
 async fn wrong_type_is_400_naming_the_field() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": "50"}"#,
-        &[],
-        400,
-        Some("canaryWeight"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWeight": "50"}"#, 400, Some("canaryWeight")).await;
     assert_eq!(e["error"], "schema");
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": 50.5}"#,
-        &[],
-        400,
-        Some("canaryWeight"),
-    )
-    .await;
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"[1, 2]"#,
-        &[],
-        400,
-        Some(""),
-    )
-    .await;
+    patch_refused(r#"{"canaryWeight": 50.5}"#, 400, Some("canaryWeight")).await;
+    patch_refused(r#"[1, 2]"#, 400, Some("")).await;
 }
 
 #[tokio::test]
 async fn weight_outside_0_to_100_is_422() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": 101}"#,
-        &[],
-        422,
-        Some("canaryWeight"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWeight": 101}"#, 422, Some("canaryWeight")).await;
     assert_eq!(e["error"], "invalid");
     assert!(
         e["reason"].as_str().unwrap().contains("between 0 and 100"),
         "{e}"
     );
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": -1}"#,
-        &[],
-        422,
-        Some("canaryWeight"),
-    )
-    .await;
+    patch_refused(r#"{"canaryWeight": -1}"#, 422, Some("canaryWeight")).await;
 }
 
 #[tokio::test]
 async fn regex_over_the_size_limit_is_422() {
     let body = r#"{"match": [{"headers": {"x-user": {"regex": "\\w{1000}\\w{1000}\\w{1000}"}}}]}"#;
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        body,
-        &[],
-        422,
-        Some("match[0].headers.x-user.regex"),
-    )
-    .await;
+    let e = patch_refused(body, 422, Some("match[0].headers.x-user.regex")).await;
     assert!(e["reason"].as_str().unwrap().contains("size limit"), "{e}");
 }
 
 #[tokio::test]
 async fn unknown_backend_is_422() {
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canary": "nope"}"#,
-        &[],
-        422,
-        Some("canary"),
-    )
-    .await;
+    patch_refused(r#"{"canary": "nope"}"#, 422, Some("canary")).await;
     let table = r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"]}}, "routes": [{"name": "r", "primary": "missing"}]}"#;
-    assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        table,
-        &[],
-        422,
-        Some("routes[0].primary"),
-    )
-    .await;
+    put_table_refused(table, 422, Some("routes[0].primary")).await;
 }
 
 #[tokio::test]
 async fn every_problem_is_listed() {
     let table = r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"]}}, "routes": [{"name": "r", "primary": "x", "canary": "y", "canaryWeight": 500}]}"#;
-    let e = assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        table,
-        &[],
-        422,
-        Some("routes[0].primary"),
-    )
-    .await;
+    let e = put_table_refused(table, 422, Some("routes[0].primary")).await;
     let fields: Vec<&str> = e["errors"]
         .as_array()
         .unwrap()
@@ -688,15 +607,7 @@ async fn every_problem_is_listed() {
 
 #[tokio::test]
 async fn renaming_a_route_by_patch_is_422() {
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"name": "other"}"#,
-        &[],
-        422,
-        Some("name"),
-    )
-    .await;
+    patch_refused(r#"{"name": "other"}"#, 422, Some("name")).await;
 }
 
 #[tokio::test]
@@ -719,7 +630,7 @@ async fn body_over_1_mib_is_413() {
         r#"{{"canaryWeight": 5, "timeout": "{}"}}"#,
         "x".repeat(1 << 20)
     );
-    let e = assert_refused(Method::PATCH, "/api/v1/routes/app", &big, &[], 413, None).await;
+    let e = patch_refused(&big, 413, None).await;
     assert_eq!(e["error"], "payload-too-large");
 }
 
@@ -1211,11 +1122,8 @@ async fn durations_outside_go_syntax_are_refused_naming_the_parameter() {
     drop(c);
     app.shutdown().await;
     for timeout in ["15 seconds", "1M", "-1s"] {
-        let e = assert_refused(
-            Method::PATCH,
-            "/api/v1/routes/app",
+        let e = patch_refused(
             &format!(r#"{{"timeout": "{timeout}"}}"#),
-            &[],
             422,
             Some("timeout"),
         )
