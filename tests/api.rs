@@ -71,6 +71,24 @@ async fn api(
     send(c, api_req(app.admin_addr, method, path, body, headers)).await
 }
 
+/// `PATCH /api/v1/routes/app` with a JSON `body` and extra `headers`.
+async fn patch_app(c: &TestClient, app: &RunningApp, body: &str, headers: &[(&str, &str)]) -> Resp {
+    api(
+        c,
+        app,
+        Method::PATCH,
+        "/api/v1/routes/app",
+        Some(body),
+        headers,
+    )
+    .await
+}
+
+/// `PUT /api/v1/table` with a JSON `body` and extra `headers`.
+async fn put_table(c: &TestClient, app: &RunningApp, body: &str, headers: &[(&str, &str)]) -> Resp {
+    api(c, app, Method::PUT, "/api/v1/table", Some(body), headers).await
+}
+
 fn etag_version(r: &Resp) -> u64 {
     r.header("etag")
         .and_then(|e| e.trim_matches('"').parse().ok())
@@ -472,23 +490,13 @@ async fn missing_or_wrong_token_is_401_right_token_200() {
     .await;
     assert_eq!(r.status, 200);
     // A write with the right token works too; without it nothing changes.
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight":5}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight":5}"#, &[]).await;
     assert_eq!(r.status, 401);
     assert_eq!(app.store.load().version, 1);
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight":5}"#),
+        r#"{"canaryWeight":5}"#,
         &[("authorization", &auth)],
     )
     .await;
@@ -656,12 +664,10 @@ async fn if_match_conflict_is_409() {
     let t = api(&c, &app, Method::GET, "/api/v1/table", None, &[]).await;
     assert_eq!(t.header("etag"), Some("\"1\""));
     let table = t.text();
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 20}"#),
+        r#"{"canaryWeight": 20}"#,
         &[("if-match", "\"1\"")],
     )
     .await;
@@ -669,53 +675,21 @@ async fn if_match_conflict_is_409() {
     assert_eq!(r.header("etag"), Some("\"2\""));
     assert_eq!(r.json()["canaryWeight"], 20);
     // A writer still holding version 1 loses.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "\"1\"")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "\"1\"")]).await;
     assert_eq!(r.status, 409);
     assert_eq!(r.json()["field"], "If-Match");
     assert_eq!(r.header("etag"), Some("\"2\""));
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 0}"#),
-        &[("if-match", "1")],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight": 0}"#, &[("if-match", "1")]).await;
     assert_eq!(r.status, 409);
     assert_eq!(app.store.load().version, 2);
     assert_eq!(app.store.load().spec.routing.routes[0].canary_weight, 20);
     // With the current version it goes through; the GET round-trips.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "\"2\"")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "\"2\"")]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["version"], 3);
     assert_eq!(app.store.load().spec.routing.routes[0].canary_weight, 0);
     // A garbled If-Match is a 400, not a silent unconditional write.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "abc")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "abc")]).await;
     assert_eq!(r.status, 400);
     assert_eq!(app.store.load().version, 3);
     app.shutdown().await;
@@ -726,12 +700,10 @@ async fn patch_merges_and_null_removes() {
     let (app, _b, _g) = blue_green("    canaryWeight: 5\n    timeout: 3s\n").await;
     let c = client();
     let body = r#"{"headers": {"request": {"set": {"x-a": "1"}}}, "mirror": {"weight": 50}, "timeout": null}"#;
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(body),
+        body,
         &[("content-type", "application/merge-patch+json")],
     )
     .await;
@@ -741,15 +713,7 @@ async fn patch_merges_and_null_removes() {
     assert_eq!(route["headers"]["request"]["set"]["x-a"], "1");
     assert_eq!(route["mirror"]["weight"], 50);
     assert!(route.get("timeout").is_none(), "null removes: {route}");
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"mirror": null}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"mirror": null}"#, &[]).await;
     assert!(r.json().get("mirror").is_none());
     let g = api(&c, &app, Method::GET, "/api/v1/routes/app", None, &[]).await;
     assert_eq!(g.status, 200);
@@ -857,15 +821,7 @@ async fn sse_receives_table_changes_and_engine_events() {
     let mut body = resp.into_body();
     let mut buf = String::new();
     read_until(&mut body, &mut buf, ": connected").await;
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 30}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight": 30}"#, &[]).await;
     assert_eq!(r.status, 200);
     read_until(&mut body, &mut buf, "\n\n").await;
     read_until(&mut body, &mut buf, "event: table\n").await;
@@ -944,15 +900,7 @@ async fn metrics_export_the_documented_series() {
     .await;
     assert!(ok, "mirror copies not exported");
     // The version follows writes.
-    api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 1}"#),
-        &[],
-    )
-    .await;
+    patch_app(&c, &app, r#"{"canaryWeight": 1}"#, &[]).await;
     let text = api(&c, &app, Method::GET, "/metrics", None, &[])
         .await
         .text();
