@@ -61,6 +61,43 @@ async fn jar_get(
     (r.version().unwrap().to_string(), set)
 }
 
+/// `set` (one answer's Set-Cookie values) deletes the canary pin of the run
+/// whose value is `run` with the same Domain and Path, and `jar` dropped it.
+fn assert_canary_pin_deleted(set: &[String], run: &str, jar: &Jar, context: &str) {
+    let del = set
+        .iter()
+        .find(|s| s.starts_with("weir-canary="))
+        .unwrap_or_else(|| panic!("{context}: no deleting Set-Cookie in {set:?}"));
+    let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
+    for want in [
+        format!("weir-canary={run}").as_str(),
+        "Max-Age=-1",
+        "Domain=app.test",
+        "Path=/",
+    ] {
+        assert!(
+            parts.contains(want),
+            "{context}: {want:?} missing in {del:?}"
+        );
+    }
+    assert!(
+        !jar.cookies.contains_key("weir-canary"),
+        "{context}: the jar deleted it"
+    );
+}
+
+/// Sets route `app`'s canary weight in the in-process table, as the end or
+/// the start of a run does.
+fn set_canary_weight(app: &weir::app::RunningApp, weight: i64) {
+    app.store
+        .update_route("app", None, "test", |r| {
+            r.canary_weight = Some(weight);
+            Ok(())
+        })
+        .map_err(|e| format!("{e:?}"))
+        .unwrap();
+}
+
 const AFFINITY: &str = "    sessionAffinity:\n      cookieName: weir-canary\n      primaryCookieName: weir-primary\n      maxAge: 3600\n      domain: app.test\n      path: /\n";
 
 #[tokio::test]
@@ -104,13 +141,7 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
         .unwrap();
 
     // End of the run: weight back to 0.
-    app.store
-        .update_route("app", None, "test", |r| {
-            r.canary_weight = Some(0);
-            Ok(())
-        })
-        .map_err(|e| format!("{e:?}"))
-        .unwrap();
+    set_canary_weight(&app, 0);
     let mut checked = 0;
     for (first, jar) in jars.iter_mut().filter(|(f, _)| f == "v2").take(20) {
         let (v, set) = jar_get(&c, app.proxy_addr(), jar).await;
@@ -118,35 +149,13 @@ async fn clients_stay_pinned_during_the_run_and_the_old_cookie_is_deleted_after(
             v, "v1",
             "after the run a {first} client lands on the primary"
         );
-        let del = set
-            .iter()
-            .find(|s| s.starts_with("weir-canary="))
-            .expect("deleting Set-Cookie");
-        let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
-        for want in [
-            format!("weir-canary={run1}").as_str(),
-            "Max-Age=-1",
-            "Domain=app.test",
-            "Path=/",
-        ] {
-            assert!(parts.contains(want), "{want:?} missing in {del:?}");
-        }
-        assert!(
-            !jar.cookies.contains_key("weir-canary"),
-            "the jar deleted it"
-        );
+        assert_canary_pin_deleted(&set, &run1, jar, "after the run");
         checked += 1;
     }
     assert!(checked > 0);
 
     // The next run gets a new value.
-    app.store
-        .update_route("app", None, "test", |r| {
-            r.canary_weight = Some(30);
-            Ok(())
-        })
-        .map_err(|e| format!("{e:?}"))
-        .unwrap();
+    set_canary_weight(&app, 30);
     let run2 = app.store.load().spec.routing.routes[0]
         .affinity_state
         .canary_value
@@ -289,23 +298,7 @@ async fn removing_the_canary_through_the_api_deletes_the_old_canary_cookie() {
 
         let (v, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
         assert_eq!(v, "v1", "fast path {fast}");
-        let del = set
-            .iter()
-            .find(|s| s.starts_with("weir-canary="))
-            .unwrap_or_else(|| panic!("fast path {fast}: no deleting Set-Cookie in {set:?}"));
-        let parts: std::collections::BTreeSet<&str> = del.split(';').map(str::trim).collect();
-        for want in [
-            format!("weir-canary={run}").as_str(),
-            "Max-Age=-1",
-            "Domain=app.test",
-            "Path=/",
-        ] {
-            assert!(parts.contains(want), "{want:?} missing in {del:?}");
-        }
-        assert!(
-            !jar.cookies.contains_key("weir-canary"),
-            "the jar deleted it"
-        );
+        assert_canary_pin_deleted(&set, &run, &jar, &format!("fast path {fast}"));
         // Once deleted, nothing more is set.
         let (_, set) = jar_get(&c, app.proxy_addr(), &mut jar).await;
         assert!(set.is_empty(), "fast path {fast}: {set:?}");

@@ -71,6 +71,24 @@ async fn api(
     send(c, api_req(app.admin_addr, method, path, body, headers)).await
 }
 
+/// `PATCH /api/v1/routes/app` with a JSON `body` and extra `headers`.
+async fn patch_app(c: &TestClient, app: &RunningApp, body: &str, headers: &[(&str, &str)]) -> Resp {
+    api(
+        c,
+        app,
+        Method::PATCH,
+        "/api/v1/routes/app",
+        Some(body),
+        headers,
+    )
+    .await
+}
+
+/// `PUT /api/v1/table` with a JSON `body` and extra `headers`.
+async fn put_table(c: &TestClient, app: &RunningApp, body: &str, headers: &[(&str, &str)]) -> Resp {
+    api(c, app, Method::PUT, "/api/v1/table", Some(body), headers).await
+}
+
 fn etag_version(r: &Resp) -> u64 {
     r.header("etag")
         .and_then(|e| e.trim_matches('"').parse().ok())
@@ -106,6 +124,24 @@ async fn assert_refused(
     assert_eq!(app.store.load().version, 1);
     app.shutdown().await;
     err
+}
+
+/// [`assert_refused`] for `PATCH /api/v1/routes/app` with a JSON `body`.
+async fn patch_refused(body: &str, status: u16, field: Option<&str>) -> serde_json::Value {
+    assert_refused(
+        Method::PATCH,
+        "/api/v1/routes/app",
+        body,
+        &[],
+        status,
+        field,
+    )
+    .await
+}
+
+/// [`assert_refused`] for `PUT /api/v1/table` with a JSON `body`.
+async fn put_table_refused(body: &str, status: u16, field: Option<&str>) -> serde_json::Value {
+    assert_refused(Method::PUT, "/api/v1/table", body, &[], status, field).await
 }
 
 /// The two load-generating tests take it so they never compete for the CPU
@@ -454,23 +490,13 @@ async fn missing_or_wrong_token_is_401_right_token_200() {
     .await;
     assert_eq!(r.status, 200);
     // A write with the right token works too; without it nothing changes.
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight":5}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight":5}"#, &[]).await;
     assert_eq!(r.status, 401);
     assert_eq!(app.store.load().version, 1);
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight":5}"#),
+        r#"{"canaryWeight":5}"#,
         &[("authorization", &auth)],
     )
     .await;
@@ -517,45 +543,18 @@ fn non_loopback_admin_without_token_is_refused_at_start() {
 
 #[tokio::test]
 async fn malformed_json_is_400() {
-    let e = assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        r#"{"routes": ["#,
-        &[],
-        400,
-        None,
-    )
-    .await;
+    let e = put_table_refused(r#"{"routes": ["#, 400, None).await;
     assert_eq!(e["error"], "malformed-json");
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        "{canaryWeight: 5}",
-        &[],
-        400,
-        None,
-    )
-    .await;
+    let e = patch_refused("{canaryWeight: 5}", 400, None).await;
     assert_eq!(e["error"], "malformed-json");
 }
 
 #[tokio::test]
 async fn unknown_field_is_400_naming_it() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWieght": 5}"#,
-        &[],
-        400,
-        Some("canaryWieght"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWieght": 5}"#, 400, Some("canaryWieght")).await;
     assert_eq!(e["error"], "schema");
-    assert_refused(
-        Method::PUT,
-        "/api/v1/table",
+    put_table_refused(
         r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"], "weight": 3}}, "routes": []}"#,
-        &[],
         400,
         Some("backends.b.weight"),
     )
@@ -564,113 +563,41 @@ async fn unknown_field_is_400_naming_it() {
 
 #[tokio::test]
 async fn wrong_type_is_400_naming_the_field() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": "50"}"#,
-        &[],
-        400,
-        Some("canaryWeight"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWeight": "50"}"#, 400, Some("canaryWeight")).await;
     assert_eq!(e["error"], "schema");
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": 50.5}"#,
-        &[],
-        400,
-        Some("canaryWeight"),
-    )
-    .await;
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"[1, 2]"#,
-        &[],
-        400,
-        Some(""),
-    )
-    .await;
+    patch_refused(r#"{"canaryWeight": 50.5}"#, 400, Some("canaryWeight")).await;
+    patch_refused(r#"[1, 2]"#, 400, Some("")).await;
 }
 
 #[tokio::test]
 async fn weight_outside_0_to_100_is_422() {
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": 101}"#,
-        &[],
-        422,
-        Some("canaryWeight"),
-    )
-    .await;
+    let e = patch_refused(r#"{"canaryWeight": 101}"#, 422, Some("canaryWeight")).await;
     assert_eq!(e["error"], "invalid");
     assert!(
         e["reason"].as_str().unwrap().contains("between 0 and 100"),
         "{e}"
     );
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canaryWeight": -1}"#,
-        &[],
-        422,
-        Some("canaryWeight"),
-    )
-    .await;
+    patch_refused(r#"{"canaryWeight": -1}"#, 422, Some("canaryWeight")).await;
 }
 
 #[tokio::test]
 async fn regex_over_the_size_limit_is_422() {
     let body = r#"{"match": [{"headers": {"x-user": {"regex": "\\w{1000}\\w{1000}\\w{1000}"}}}]}"#;
-    let e = assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        body,
-        &[],
-        422,
-        Some("match[0].headers.x-user.regex"),
-    )
-    .await;
+    let e = patch_refused(body, 422, Some("match[0].headers.x-user.regex")).await;
     assert!(e["reason"].as_str().unwrap().contains("size limit"), "{e}");
 }
 
 #[tokio::test]
 async fn unknown_backend_is_422() {
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"canary": "nope"}"#,
-        &[],
-        422,
-        Some("canary"),
-    )
-    .await;
+    patch_refused(r#"{"canary": "nope"}"#, 422, Some("canary")).await;
     let table = r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"]}}, "routes": [{"name": "r", "primary": "missing"}]}"#;
-    assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        table,
-        &[],
-        422,
-        Some("routes[0].primary"),
-    )
-    .await;
+    put_table_refused(table, 422, Some("routes[0].primary")).await;
 }
 
 #[tokio::test]
 async fn every_problem_is_listed() {
     let table = r#"{"backends": {"b": {"endpoints": ["127.0.0.1:1"]}}, "routes": [{"name": "r", "primary": "x", "canary": "y", "canaryWeight": 500}]}"#;
-    let e = assert_refused(
-        Method::PUT,
-        "/api/v1/table",
-        table,
-        &[],
-        422,
-        Some("routes[0].primary"),
-    )
-    .await;
+    let e = put_table_refused(table, 422, Some("routes[0].primary")).await;
     let fields: Vec<&str> = e["errors"]
         .as_array()
         .unwrap()
@@ -688,15 +615,7 @@ async fn every_problem_is_listed() {
 
 #[tokio::test]
 async fn renaming_a_route_by_patch_is_422() {
-    assert_refused(
-        Method::PATCH,
-        "/api/v1/routes/app",
-        r#"{"name": "other"}"#,
-        &[],
-        422,
-        Some("name"),
-    )
-    .await;
+    patch_refused(r#"{"name": "other"}"#, 422, Some("name")).await;
 }
 
 #[tokio::test]
@@ -719,7 +638,7 @@ async fn body_over_1_mib_is_413() {
         r#"{{"canaryWeight": 5, "timeout": "{}"}}"#,
         "x".repeat(1 << 20)
     );
-    let e = assert_refused(Method::PATCH, "/api/v1/routes/app", &big, &[], 413, None).await;
+    let e = patch_refused(&big, 413, None).await;
     assert_eq!(e["error"], "payload-too-large");
 }
 
@@ -745,12 +664,10 @@ async fn if_match_conflict_is_409() {
     let t = api(&c, &app, Method::GET, "/api/v1/table", None, &[]).await;
     assert_eq!(t.header("etag"), Some("\"1\""));
     let table = t.text();
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 20}"#),
+        r#"{"canaryWeight": 20}"#,
         &[("if-match", "\"1\"")],
     )
     .await;
@@ -758,53 +675,21 @@ async fn if_match_conflict_is_409() {
     assert_eq!(r.header("etag"), Some("\"2\""));
     assert_eq!(r.json()["canaryWeight"], 20);
     // A writer still holding version 1 loses.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "\"1\"")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "\"1\"")]).await;
     assert_eq!(r.status, 409);
     assert_eq!(r.json()["field"], "If-Match");
     assert_eq!(r.header("etag"), Some("\"2\""));
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 0}"#),
-        &[("if-match", "1")],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight": 0}"#, &[("if-match", "1")]).await;
     assert_eq!(r.status, 409);
     assert_eq!(app.store.load().version, 2);
     assert_eq!(app.store.load().spec.routing.routes[0].canary_weight, 20);
     // With the current version it goes through; the GET round-trips.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "\"2\"")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "\"2\"")]).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["version"], 3);
     assert_eq!(app.store.load().spec.routing.routes[0].canary_weight, 0);
     // A garbled If-Match is a 400, not a silent unconditional write.
-    let r = api(
-        &c,
-        &app,
-        Method::PUT,
-        "/api/v1/table",
-        Some(&table),
-        &[("if-match", "abc")],
-    )
-    .await;
+    let r = put_table(&c, &app, &table, &[("if-match", "abc")]).await;
     assert_eq!(r.status, 400);
     assert_eq!(app.store.load().version, 3);
     app.shutdown().await;
@@ -815,12 +700,10 @@ async fn patch_merges_and_null_removes() {
     let (app, _b, _g) = blue_green("    canaryWeight: 5\n    timeout: 3s\n").await;
     let c = client();
     let body = r#"{"headers": {"request": {"set": {"x-a": "1"}}}, "mirror": {"weight": 50}, "timeout": null}"#;
-    let r = api(
+    let r = patch_app(
         &c,
         &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(body),
+        body,
         &[("content-type", "application/merge-patch+json")],
     )
     .await;
@@ -830,15 +713,7 @@ async fn patch_merges_and_null_removes() {
     assert_eq!(route["headers"]["request"]["set"]["x-a"], "1");
     assert_eq!(route["mirror"]["weight"], 50);
     assert!(route.get("timeout").is_none(), "null removes: {route}");
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"mirror": null}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"mirror": null}"#, &[]).await;
     assert!(r.json().get("mirror").is_none());
     let g = api(&c, &app, Method::GET, "/api/v1/routes/app", None, &[]).await;
     assert_eq!(g.status, 200);
@@ -946,15 +821,7 @@ async fn sse_receives_table_changes_and_engine_events() {
     let mut body = resp.into_body();
     let mut buf = String::new();
     read_until(&mut body, &mut buf, ": connected").await;
-    let r = api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 30}"#),
-        &[],
-    )
-    .await;
+    let r = patch_app(&c, &app, r#"{"canaryWeight": 30}"#, &[]).await;
     assert_eq!(r.status, 200);
     read_until(&mut body, &mut buf, "\n\n").await;
     read_until(&mut body, &mut buf, "event: table\n").await;
@@ -1033,15 +900,7 @@ async fn metrics_export_the_documented_series() {
     .await;
     assert!(ok, "mirror copies not exported");
     // The version follows writes.
-    api(
-        &c,
-        &app,
-        Method::PATCH,
-        "/api/v1/routes/app",
-        Some(r#"{"canaryWeight": 1}"#),
-        &[],
-    )
-    .await;
+    patch_app(&c, &app, r#"{"canaryWeight": 1}"#, &[]).await;
     let text = api(&c, &app, Method::GET, "/metrics", None, &[])
         .await
         .text();
@@ -1211,11 +1070,8 @@ async fn durations_outside_go_syntax_are_refused_naming_the_parameter() {
     drop(c);
     app.shutdown().await;
     for timeout in ["15 seconds", "1M", "-1s"] {
-        let e = assert_refused(
-            Method::PATCH,
-            "/api/v1/routes/app",
+        let e = patch_refused(
             &format!(r#"{{"timeout": "{timeout}"}}"#),
-            &[],
             422,
             Some("timeout"),
         )

@@ -3,53 +3,10 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
+use support::weir_ctl::{ctl, GUARD};
 use support::*;
 use weir::app::RunningApp;
-
-/// Upper bound for one ctl run (a hang guard, not an assertion on speed).
-const GUARD: Duration = Duration::from_secs(60);
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `weir ctl --api <admin> <args>` and waits for it without blocking
-/// the runtime (the app answers from this process).
-async fn ctl(app: &RunningApp, args: &[&str]) -> Out {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("ctl")
-        .arg("--api")
-        .arg(format!("http://{}", app.admin_addr))
-        .args(args)
-        .env_remove("WEIR_API")
-        .env_remove("WEIR_TOKEN_FILE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn weir ctl");
-    let deadline = tokio::time::Instant::now() + GUARD;
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("weir ctl {args:?} did not finish");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let out = child.wait_with_output().expect("output");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 async fn app_with_traffic(
     requests: usize,

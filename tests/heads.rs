@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use weir::app::RunningApp;
 use weir::echo::EchoHandle;
 
 /// Generous bound for "the proxy reacts" waits; never reached when it works.
@@ -46,6 +47,24 @@ fn echo_json(raw: &[u8]) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
+/// An echo backend (`v1`) behind a catch-all route, the fast path on or
+/// off, `extra` more `proxy:` settings.
+async fn one_backend(fast: bool, extra: &str) -> (RunningApp, EchoHandle) {
+    let backend = echo_backend("v1", Duration::ZERO).await;
+    let app = start(&one_route(backend.addr, "", &proxy_block(fast, extra))).await;
+    (app, backend)
+}
+
+/// Echo backends `a` and `b` behind [`two_hosts`], the fast path on or off.
+async fn two_backends(fast: bool) -> (RunningApp, EchoHandle, EchoHandle) {
+    let (a, b) = (
+        echo_backend("a", Duration::ZERO).await,
+        echo_backend("b", Duration::ZERO).await,
+    );
+    let app = start(&two_hosts(a.addr, b.addr, &proxy_block(fast, ""))).await;
+    (app, a, b)
+}
+
 fn served(b: &EchoHandle) -> u64 {
     b.requests.load(Ordering::Relaxed)
 }
@@ -53,11 +72,7 @@ fn served(b: &EchoHandle) -> u64 {
 #[tokio::test]
 async fn a_duplicate_host_is_400_and_reaches_no_backend() {
     for fast in FAST_PATH {
-        let (a, b) = (
-            echo_backend("a", Duration::ZERO).await,
-            echo_backend("b", Duration::ZERO).await,
-        );
-        let app = start(&two_hosts(a.addr, b.addr, &proxy_block(fast, ""))).await;
+        let (app, a, b) = two_backends(fast).await;
         for hosts in [
             "Host: a.test\r\nHost: b.test",
             "Host: a.test\r\nhost: a.test",
@@ -79,11 +94,7 @@ async fn a_duplicate_host_is_400_and_reaches_no_backend() {
 #[tokio::test]
 async fn an_absolute_form_target_replaces_host_for_routing_and_upstream() {
     for fast in FAST_PATH {
-        let (a, b) = (
-            echo_backend("a", Duration::ZERO).await,
-            echo_backend("b", Duration::ZERO).await,
-        );
-        let app = start(&two_hosts(a.addr, b.addr, &proxy_block(fast, ""))).await;
+        let (app, a, _b) = two_backends(fast).await;
         let req = "GET http://b.test/echo HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
         let (raw, _) = raw_exchange(app.proxy_addr(), req.as_bytes(), PATIENCE).await;
         assert_eq!(
@@ -106,11 +117,7 @@ async fn an_absolute_form_target_replaces_host_for_routing_and_upstream() {
 
 #[tokio::test]
 async fn over_http2_the_authority_wins_over_a_differing_host_header() {
-    let (a, b) = (
-        echo_backend("a", Duration::ZERO).await,
-        echo_backend("b", Duration::ZERO).await,
-    );
-    let app = start(&two_hosts(a.addr, b.addr, &proxy_block(true, ""))).await;
+    let (app, a, _b) = two_backends(true).await;
     let tcp = TcpStream::connect(app.proxy_addr()).await.unwrap();
     let (send, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
@@ -148,8 +155,7 @@ async fn headers_weir_depends_on_survive_being_listed_in_connection() {
             "close, host, content-length, x-forwarded-for, x-forwarded-proto, x-forwarded-host",
         ),
     ] {
-        let backend = echo_backend("v1", Duration::ZERO).await;
-        let app = start(&one_route(backend.addr, "", &proxy_block(fast, ""))).await;
+        let (app, _backend) = one_backend(fast, "").await;
         let req = format!(
             "GET /echo HTTP/1.1\r\nHost: app.test\r\nX-Forwarded-For: 9.9.9.9\r\nConnection: {listed}\r\n\r\n"
         );
@@ -256,8 +262,7 @@ async fn client_sent_weir_headers_are_stripped_on_every_path() {
     let forged =
         "X-Weir-Mirror: 1\r\nx-weir-attempt: 3\r\nX-WEIR-Anything: x\r\nX-Weirdo: kept\r\n";
     for fast in FAST_PATH {
-        let backend = echo_backend("v1", Duration::ZERO).await;
-        let app = start(&one_route(backend.addr, "", &proxy_block(fast, ""))).await;
+        let (app, _backend) = one_backend(fast, "").await;
         let req =
             format!("GET /echo HTTP/1.1\r\nHost: app.test\r\n{forged}Connection: close\r\n\r\n");
         let (raw, _) = raw_exchange(app.proxy_addr(), req.as_bytes(), PATIENCE).await;
@@ -296,8 +301,7 @@ async fn max_header_bytes_is_exact_over_http1() {
     // 8192 is under the fast path's own buffer, 61440 (the default) over it.
     for (max, extra) in [(8192, "  maxHeaderBytes: 8192\n"), (61440, "")] {
         for fast in FAST_PATH {
-            let backend = echo_backend("v1", Duration::ZERO).await;
-            let app = start(&one_route(backend.addr, "", &proxy_block(fast, extra))).await;
+            let (app, backend) = one_backend(fast, extra).await;
             for (len, want) in [(max, 200), (max + 1, 431), (max + 2048, 431)] {
                 let mut s = TcpStream::connect(app.proxy_addr()).await.unwrap();
                 // The proxy may close before reading it all; its answer counts.
@@ -383,13 +387,7 @@ async fn the_header_read_timeout_is_one_bound_across_the_hand_off_to_hyper() {
     // 2.5 s. One bound closes the connection at 2 s, before it is complete;
     // a bound restarted at the hand-off would run to 3 s and serve it.
     for fast in FAST_PATH {
-        let backend = echo_backend("v1", Duration::ZERO).await;
-        let app = start(&one_route(
-            backend.addr,
-            "",
-            &proxy_block(fast, "  headerReadTimeout: 2s\n"),
-        ))
-        .await;
+        let (app, backend) = one_backend(fast, "  headerReadTimeout: 2s\n").await;
         let mut s = TcpStream::connect(app.proxy_addr()).await.unwrap();
         let head = head_of(20 * 1024);
         let (first, rest) = head.as_bytes().split_at(17 * 1024);
@@ -417,13 +415,7 @@ async fn the_header_read_timeout_is_one_bound_across_the_hand_off_to_hyper() {
 #[tokio::test]
 async fn a_head_read_in_time_is_still_served_after_a_hand_off() {
     for fast in FAST_PATH {
-        let backend = echo_backend("v1", Duration::ZERO).await;
-        let app = start(&one_route(
-            backend.addr,
-            "",
-            &proxy_block(fast, "  headerReadTimeout: 5s\n"),
-        ))
-        .await;
+        let (app, _backend) = one_backend(fast, "  headerReadTimeout: 5s\n").await;
         let mut c = Raw::to(app.proxy_addr()).await;
         let head = head_of(20 * 1024).replace("Connection: close\r\n", "");
         c.s.write_all(head.as_bytes()).await.unwrap();

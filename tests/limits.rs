@@ -17,19 +17,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use weir::echo::{EchoHandle, EchoOptions};
+use weir::echo::EchoHandle;
 
 async fn echo() -> EchoHandle {
-    weir::echo::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        EchoOptions {
-            version: "v1".into(),
-            error_rate: 0.0,
-            latency: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap()
+    echo_backend("v1", Duration::ZERO).await
 }
 
 /// Generous bound for "the proxy reacts" waits; never reached when it works.

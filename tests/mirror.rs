@@ -12,11 +12,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::*;
+use weir::app::RunningApp;
+use weir::echo::EchoHandle;
 use weir::stats::Role;
 
+/// The Host and x-weir-mirror of every request a [`recorder`] got.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
 /// A backend that records the Host and x-weir-mirror of every request.
-async fn recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, String)>>>) {
-    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+async fn recorder() -> (std::net::SocketAddr, Seen) {
+    let seen: Seen = Arc::default();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let s2 = seen.clone();
@@ -50,16 +55,32 @@ async fn recorder() -> (std::net::SocketAddr, Arc<Mutex<Vec<(String, String)>>>)
     (addr, seen)
 }
 
-#[tokio::test]
-async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
+/// A proxy whose route sends to a primary (`v1`) and mirrors `weight` %
+/// of its requests to a [`recorder`].
+async fn mirrored(weight: u32) -> (RunningApp, EchoHandle, Seen) {
     let blue = echo("v1").await;
     let (shadow, seen) = recorder().await;
     let app = proxy(&two_slot_config(
         blue.addr,
         shadow,
-        "    mirror: { weight: 50 }\n",
+        &format!("    mirror: {{ weight: {weight} }}\n"),
     ))
     .await;
+    (app, blue, seen)
+}
+
+/// Whether the recorder ends up with exactly `n` copies (within 10 s).
+async fn copies_reach(seen: &Seen, n: usize) -> bool {
+    eventually(Duration::from_secs(10), || {
+        let got = seen.lock().unwrap().len();
+        async move { got == n }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
+    let (app, _blue, seen) = mirrored(50).await;
     let c = client();
     const N: u64 = 4000;
     for _ in 0..N {
@@ -100,14 +121,7 @@ async fn half_of_4000_requests_are_mirrored_with_shadow_host() {
 
 #[tokio::test]
 async fn a_client_cannot_make_a_real_request_look_like_shadow_traffic() {
-    let blue = echo("v1").await;
-    let (shadow, seen) = recorder().await;
-    let app = proxy(&two_slot_config(
-        blue.addr,
-        shadow,
-        "    mirror: { weight: 100 }\n",
-    ))
-    .await;
+    let (app, _blue, seen) = mirrored(100).await;
     let c = client();
     let forged = [
         ("host", "shop.test"),
@@ -120,16 +134,11 @@ async fn a_client_cannot_make_a_real_request_look_like_shadow_traffic() {
     assert!(headers.get("x-weir-mirror").is_none(), "{headers}");
     assert!(headers.get("x-weir-other").is_none(), "{headers}");
     // The shadow copy is still marked, by weir.
-    let copied = eventually(Duration::from_secs(10), || {
-        let n = seen.lock().unwrap().len();
-        async move { n == 1 }
-    })
-    .await;
-    assert!(copied, "no shadow copy");
+    assert!(copies_reach(&seen, 1).await, "no shadow copy");
     assert_eq!(seen.lock().unwrap()[0].1, "1");
 }
 
-async fn primary_p99_ms(app: &weir::app::RunningApp) -> f64 {
+async fn primary_p99_ms(app: &RunningApp) -> f64 {
     let stats = app.store.route_stats("app").unwrap();
     stats
         .snapshot(Role::Primary, app.shared.now_sec(Instant::now()), 600)
@@ -177,14 +186,7 @@ async fn a_slow_or_dead_mirror_never_hurts_the_primary() {
 
 #[tokio::test]
 async fn a_5_mib_upload_goes_to_primary_and_is_not_mirrored() {
-    let blue = echo("v1").await;
-    let (shadow, seen) = recorder().await;
-    let app = proxy(&two_slot_config(
-        blue.addr,
-        shadow,
-        "    mirror: { weight: 100 }\n",
-    ))
-    .await;
+    let (app, _blue, seen) = mirrored(100).await;
     let c = client();
     const SIZE: usize = 5 << 20;
     let req = http::Request::post(format!("http://{}/echo", app.proxy_addr()))
@@ -199,13 +201,7 @@ async fn a_5_mib_upload_goes_to_primary_and_is_not_mirrored() {
         .unwrap();
     assert_eq!(send(&c, req).await.status, 200);
     let rt = app.store.load().routes[0].mirror.clone();
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let n = seen.lock().unwrap().len();
-            async move { n == 1 }
-        })
-        .await
-    );
+    assert!(copies_reach(&seen, 1).await);
     assert_eq!(rt.dropped_too_large.load(Ordering::Relaxed), 1);
     assert_eq!(rt.sent.load(Ordering::Relaxed), 1);
 

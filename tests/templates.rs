@@ -26,11 +26,6 @@ fn config(blue: &str, green: &str, top: &str, metrics: &str) -> String {
     )
 }
 
-/// Two echo backends for the slots (the template metrics never send them traffic).
-async fn slots() -> (weir::echo::EchoHandle, weir::echo::EchoHandle) {
-    (echo("v1").await, echo("v2").await)
-}
-
 async fn start(yaml: &str) -> RunningApp {
     let cfg = weir::config::parse_yaml(yaml, "test.yaml", std::path::Path::new("."))
         .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{yaml}"));
@@ -66,6 +61,34 @@ async fn run(app: &RunningApp) -> CanaryStatus {
             "the run did not end: {s:#?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A weir started by [`run_once`], after its run.
+struct Ran {
+    app: RunningApp,
+    /// Held: the slots stop when dropped (the template metrics never send them traffic).
+    _slots: (weir::echo::EchoHandle, weir::echo::EchoHandle),
+    /// The run's end.
+    done: CanaryStatus,
+}
+
+/// Starts a weir from [`config`] with `top` and `metrics` on two echo slots and
+/// [`run`]s `app` to its end.
+async fn run_once(top: &str, metrics: &str) -> Ran {
+    let slots = (echo("v1").await, echo("v2").await);
+    let app = start(&config(
+        &slots.0.addr.to_string(),
+        &slots.1.addr.to_string(),
+        top,
+        metrics,
+    ))
+    .await;
+    let done = run(&app).await;
+    Ran {
+        app,
+        _slots: slots,
+        done,
     }
 }
 
@@ -109,15 +132,8 @@ async fn a_prometheus_template_is_rendered_with_flaggers_variables_and_judged() 
         prom.addr
     );
     let metrics = "        - name: error-rate\n          templateRef: { name: error-rate, namespace: default }\n          templateVariables: { code: \"5..\" }\n          thresholdRange: { max: 1 }\n          interval: 1m\n";
-    let (v1, v2) = slots().await;
-    let app = start(&config(
-        &v1.addr.to_string(),
-        &v2.addr.to_string(),
-        &top,
-        metrics,
-    ))
-    .await;
-    let done = run(&app).await;
+    let ran = run_once(&top, metrics).await;
+    let done = &ran.done;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
     let check = done
         .events
@@ -154,15 +170,8 @@ async fn a_web_template_gets_its_value_at_the_json_path() {
         token.display()
     );
     let metrics = "        - name: p99\n          templateRef: { name: latency }\n          templateVariables: { tenant: team-a }\n          thresholdRange: { max: 100 }\n          interval: 30s\n";
-    let (v1, v2) = slots().await;
-    let app = start(&config(
-        &v1.addr.to_string(),
-        &v2.addr.to_string(),
-        &top,
-        metrics,
-    ))
-    .await;
-    let done = run(&app).await;
+    let ran = run_once(&top, metrics).await;
+    let done = &ran.done;
     let _ = std::fs::remove_file(&token);
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
     let check = done
@@ -208,15 +217,8 @@ async fn a_provider_that_is_down_or_answers_nonsense_fails_the_checks_and_rolls_
     ];
     let metrics = "        - name: errors\n          templateRef: { name: errors }\n          thresholdRange: { max: 1 }\n";
     for (top, reason) in cases {
-        let (v1, v2) = slots().await;
-        let app = start(&config(
-            &v1.addr.to_string(),
-            &v2.addr.to_string(),
-            &top,
-            metrics,
-        ))
-        .await;
-        let done = run(&app).await;
+        let ran = run_once(&top, metrics).await;
+        let done = &ran.done;
         assert_eq!(done.phase, Phase::Failed, "{reason}: {done:#?}");
         let failed: Vec<_> = done
             .events
@@ -236,7 +238,7 @@ async fn a_provider_that_is_down_or_answers_nonsense_fails_the_checks_and_rolls_
             "{done:#?}"
         );
         assert_eq!(done.canary_weight, 0);
-        app.shutdown().await;
+        ran.app.shutdown().await;
     }
 }
 

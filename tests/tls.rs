@@ -15,20 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use weir::echo::EchoOptions;
-
-async fn echo() -> weir::echo::EchoHandle {
-    weir::echo::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        EchoOptions {
-            version: "v1".into(),
-            error_rate: 0.0,
-            latency: Duration::ZERO,
-        },
-    )
-    .await
-    .unwrap()
-}
 
 /// A TLS listener config followed by one route to `backend`.
 fn tls_config(tls_block: &str, backend: SocketAddr) -> String {
@@ -38,19 +24,44 @@ fn tls_config(tls_block: &str, backend: SocketAddr) -> String {
     )
 }
 
+/// A proxy terminating TLS with one certificate for `app.test` (`app.crt`
+/// and `app.key` in `dir`, issued by `ca`) in front of an echo backend.
+struct AppTest {
+    app: weir::app::RunningApp,
+    /// Held: the backend stops when dropped.
+    _backend: weir::echo::EchoHandle,
+    /// The certificate files, which a test may replace.
+    dir: TempDir,
+    leaf: Leaf,
+    ca: Ca,
+}
+
+impl AppTest {
+    async fn start(tag: &str) -> Self {
+        let ca = Ca::new();
+        let dir = TempDir::new(tag);
+        let leaf = ca.leaf(&["app.test"]);
+        dir.write("app.crt", &leaf.cert_pem);
+        dir.write("app.key", &leaf.key_pem);
+        let backend = echo_backend("v1", Duration::ZERO).await;
+        let app = start_in(
+            &tls_config("{ certFile: app.crt, keyFile: app.key }", backend.addr),
+            &dir.0,
+        )
+        .await;
+        AppTest {
+            app,
+            _backend: backend,
+            dir,
+            leaf,
+            ca,
+        }
+    }
+}
+
 #[tokio::test]
 async fn https_request_is_proxied_with_x_forwarded_proto_https() {
-    let ca = Ca::new();
-    let dir = TempDir::new("tls-basic");
-    let leaf = ca.leaf(&["app.test"]);
-    dir.write("app.crt", &leaf.cert_pem);
-    dir.write("app.key", &leaf.key_pem);
-    let backend = echo().await;
-    let app = start_in(
-        &tls_config("{ certFile: app.crt, keyFile: app.key }", backend.addr),
-        &dir.0,
-    )
-    .await;
+    let AppTest { app, ca, leaf, .. } = &AppTest::start("tls-basic").await;
     let cfg = ca.client_config(&[&rustls::version::TLS13], &[b"http/1.1"]);
     let tls = tls_connect(app.proxy_addr(), cfg, "app.test")
         .await
@@ -67,17 +78,7 @@ async fn https_request_is_proxied_with_x_forwarded_proto_https() {
 
 #[tokio::test]
 async fn h2_over_tls_is_negotiated_by_alpn_and_proxied() {
-    let ca = Ca::new();
-    let dir = TempDir::new("tls-h2");
-    let leaf = ca.leaf(&["app.test"]);
-    dir.write("app.crt", &leaf.cert_pem);
-    dir.write("app.key", &leaf.key_pem);
-    let backend = echo().await;
-    let app = start_in(
-        &tls_config("{ certFile: app.crt, keyFile: app.key }", backend.addr),
-        &dir.0,
-    )
-    .await;
+    let AppTest { app, ca, .. } = &AppTest::start("tls-h2").await;
     let cfg = ca.client_config(&[&rustls::version::TLS13], &[b"h2", b"http/1.1"]);
     let tls = tls_connect(app.proxy_addr(), cfg, "app.test")
         .await
@@ -110,7 +111,7 @@ async fn sni_picks_the_certificate_that_covers_the_name() {
     dir.write("a.key", &a.key_pem);
     dir.write("b.crt", &b.cert_pem);
     dir.write("b.key", &b.key_pem);
-    let backend = echo().await;
+    let backend = echo_backend("v1", Duration::ZERO).await;
     let block = "{ certificates: [ { certFile: a.crt, keyFile: a.key }, { certFile: b.crt, keyFile: b.key } ] }";
     let app = start_in(&tls_config(block, backend.addr), &dir.0).await;
     let cfg = ca.client_config(&[&rustls::version::TLS13], &[b"http/1.1"]);
@@ -134,17 +135,8 @@ async fn sni_picks_the_certificate_that_covers_the_name() {
 
 #[tokio::test]
 async fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_working() {
-    let ca = Ca::new();
-    let dir = TempDir::new("tls-reload");
-    let old = ca.leaf(&["app.test"]);
-    dir.write("app.crt", &old.cert_pem);
-    dir.write("app.key", &old.key_pem);
-    let backend = echo().await;
-    let app = start_in(
-        &tls_config("{ certFile: app.crt, keyFile: app.key }", backend.addr),
-        &dir.0,
-    )
-    .await;
+    let t = AppTest::start("tls-reload").await;
+    let (app, ca, dir, old) = (&t.app, &t.ca, &t.dir, &t.leaf);
     let cfg = ca.client_config(&[&rustls::version::TLS13], &[b"http/1.1"]);
     let open = tls_connect(app.proxy_addr(), cfg.clone(), "app.test")
         .await
@@ -181,17 +173,7 @@ async fn a_replaced_certificate_serves_new_connections_while_open_ones_keep_work
 
 #[tokio::test]
 async fn tls_1_2_and_1_3_handshakes_work_and_tls_1_1_is_refused() {
-    let ca = Ca::new();
-    let dir = TempDir::new("tls-versions");
-    let leaf = ca.leaf(&["app.test"]);
-    dir.write("app.crt", &leaf.cert_pem);
-    dir.write("app.key", &leaf.key_pem);
-    let backend = echo().await;
-    let app = start_in(
-        &tls_config("{ certFile: app.crt, keyFile: app.key }", backend.addr),
-        &dir.0,
-    )
-    .await;
+    let AppTest { app, ca, .. } = &AppTest::start("tls-versions").await;
     for (v, want) in [
         (&rustls::version::TLS12, rustls::ProtocolVersion::TLSv1_2),
         (&rustls::version::TLS13, rustls::ProtocolVersion::TLSv1_3),

@@ -7,7 +7,8 @@
 //! `{caFile, serverName}` × protocol, built on first use and kept. The
 //! connector does TCP (TCP_NODELAY, connect timeout, keepalive) and then
 //! TLS when the backend asks for it; with `protocol: auto` over TLS, ALPN
-//! picks HTTP/2 or HTTP/1.1 per connection.
+//! picks HTTP/2 or HTTP/1.1 per connection. The engine's client
+//! (`rollout::http`) dials through the same [`Connector`].
 
 use super::body::{BoxError, ProxyBody};
 use crate::config::{ProxySettings, UpstreamProtocol, UpstreamTls};
@@ -15,6 +16,7 @@ use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
@@ -60,12 +62,12 @@ impl UpstreamClients {
             settings: settings.clone(),
             plain_http1: build(
                 settings,
-                Connector::plain(settings),
+                Connector::plain(settings.connect_timeout),
                 UpstreamProtocol::Http1,
             ),
             plain_http2: build(
                 settings,
-                Connector::plain(settings),
+                Connector::plain(settings.connect_timeout),
                 UpstreamProtocol::Http2,
             ),
             tls: RwLock::new(HashMap::new()),
@@ -90,8 +92,8 @@ impl UpstreamClients {
             return Ok(c.clone());
         }
         let connector = match tls {
-            Some(t) => Connector::tls(&self.settings, t, protocol)?,
-            None => Connector::plain(&self.settings),
+            Some(t) => Connector::for_backend(&self.settings, t, protocol)?,
+            None => Connector::plain(self.settings.connect_timeout),
         };
         let unpooled = ProxySettings {
             upstream_max_idle_per_host: 0,
@@ -126,7 +128,7 @@ impl UpstreamClients {
         if let Some(c) = self.tls.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(Cow::Owned(c.clone()));
         }
-        let connector = Connector::tls(&self.settings, tls, protocol)?;
+        let connector = Connector::for_backend(&self.settings, tls, protocol)?;
         let client = build(&self.settings, connector, protocol);
         let mut map = self.tls.write().unwrap_or_else(|p| p.into_inner());
         Ok(Cow::Owned(map.entry(key).or_insert(client).clone()))
@@ -148,7 +150,9 @@ fn build(settings: &ProxySettings, connector: Connector, protocol: UpstreamProto
 /// TCP, then TLS when configured.
 #[derive(Clone)]
 pub struct Connector {
+    /// The TCP side (TCP_NODELAY, connect timeout, keepalive).
     http: HttpConnector,
+    /// The TLS side, for every connection; `None`: clear text.
     tls: Option<TlsSetup>,
 }
 
@@ -162,44 +166,55 @@ struct TlsSetup {
 }
 
 impl Connector {
-    fn tcp(settings: &ProxySettings) -> HttpConnector {
+    fn tcp(connect_timeout: Duration) -> HttpConnector {
         let mut c = HttpConnector::new();
         c.set_nodelay(true);
-        c.set_connect_timeout(Some(settings.connect_timeout));
+        c.set_connect_timeout(Some(connect_timeout));
         c.set_keepalive(Some(Duration::from_secs(60)));
         // `https://` URIs reach this connector too; TLS is done below.
         c.enforce_http(false);
         c
     }
 
-    fn plain(settings: &ProxySettings) -> Self {
+    /// TCP only, whatever the URI's scheme.
+    pub fn plain(connect_timeout: Duration) -> Self {
         Connector {
-            http: Self::tcp(settings),
+            http: Self::tcp(connect_timeout),
             tls: None,
         }
     }
 
-    fn tls(
-        settings: &ProxySettings,
-        tls: &UpstreamTls,
-        protocol: UpstreamProtocol,
+    /// TCP, then TLS with `cfg` on every connection, the handshake bounded
+    /// by `connect_timeout` too; SNI is `server_name`, else the URI's host.
+    pub fn tls(
+        connect_timeout: Duration,
+        cfg: Arc<ClientConfig>,
+        server_name: Option<&str>,
     ) -> Result<Self, String> {
-        let cfg = super::tls::client_config(tls, protocol)?;
-        let server_name = match &tls.server_name {
+        let server_name = match server_name {
             Some(n) => Some(
-                ServerName::try_from(n.clone())
+                ServerName::try_from(n.to_string())
                     .map_err(|_| format!("invalid TLS server name {n:?}"))?,
             ),
             None => None,
         };
         Ok(Connector {
-            http: Self::tcp(settings),
+            http: Self::tcp(connect_timeout),
             tls: Some(TlsSetup {
                 connector: tokio_rustls::TlsConnector::from(cfg),
                 server_name,
-                timeout: settings.connect_timeout,
+                timeout: connect_timeout,
             }),
         })
+    }
+
+    fn for_backend(
+        settings: &ProxySettings,
+        tls: &UpstreamTls,
+        protocol: UpstreamProtocol,
+    ) -> Result<Self, String> {
+        let cfg = super::tls::client_config(tls, protocol)?;
+        Self::tls(settings.connect_timeout, cfg, tls.server_name.as_deref())
     }
 }
 

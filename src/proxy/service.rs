@@ -255,18 +255,21 @@ pub async fn handle(
             ),
             Ok(kept) => {
                 let x = retry::Replay {
-                    shared: &shared,
-                    rt,
-                    role,
-                    backend,
+                    attempts: phases::attempts::Attempts {
+                        shared: &shared,
+                        rt,
+                        role,
+                        backend,
+                        guards,
+                        policy,
+                        method: &method,
+                        replay: retry::replay_of(kept.as_ref()),
+                        route_timeout: route.timeout,
+                    },
                     client: &client,
                     protocol,
                     tls: upstream_tls,
-                    guards,
-                    policy,
-                    method: method.clone(),
                     body: kept,
-                    route_timeout: route.timeout,
                 };
                 // The route timeout counts from here, once a kept body is read (as
                 // it counts from a body's end without retries).

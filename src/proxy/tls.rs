@@ -306,4 +306,40 @@ mod tests {
         assert!(!store.reload().unwrap(), "unchanged files do not reload");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn client_config_offers_alpn_by_protocol_and_names_a_bad_ca_file() {
+        let dir = std::env::temp_dir().join(format!("weir-tls-client-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tls = |ca: Option<&str>| UpstreamTls {
+            ca_file: ca.map(|f| dir.join(f)),
+            server_name: None,
+        };
+        let alpn = |protocol| {
+            client_config(&tls(None), protocol)
+                .unwrap()
+                .alpn_protocols
+                .clone()
+        };
+        assert_eq!(alpn(UpstreamProtocol::Http1), [b"http/1.1".to_vec()]);
+        assert_eq!(alpn(UpstreamProtocol::Http2), [b"h2".to_vec()]);
+        assert_eq!(
+            alpn(UpstreamProtocol::Auto),
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+
+        let (cert, _) = pair(&["ca.test"]);
+        std::fs::write(dir.join("ca.pem"), cert).unwrap();
+        std::fs::write(dir.join("garbage.pem"), "not a certificate").unwrap();
+        assert!(client_config(&tls(Some("ca.pem")), UpstreamProtocol::Http1).is_ok());
+        for (file, why) in [
+            ("missing.pem", "cannot read"),
+            ("garbage.pem", "no PEM certificate found"),
+        ] {
+            let err = client_config(&tls(Some(file)), UpstreamProtocol::Http1).unwrap_err();
+            assert!(err.contains(why), "{file}: {err}");
+            assert!(err.contains(&dir.join(file).display().to_string()), "{err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

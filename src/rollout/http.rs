@@ -5,15 +5,15 @@
 //! body), and bodies are read up to [`MAX_BODY`]: a hook or a proxy answering forever, or
 //! answering a gigabyte, costs the engine one bounded call, never a stuck task.
 //!
-//! `http://` and `https://` URLs are both spoken. TLS is rustls (the process's one crypto
-//! provider, TLS 1.2 and 1.3, ALPN `http/1.1`) and trusts the Mozilla roots
+//! `http://` and `https://` URLs are both spoken, dialled by the proxy's upstream connector
+//! with its backend TLS config (`proxy::tls::client_config`). TLS is rustls (the process's
+//! one crypto provider, TLS 1.2 and 1.3, ALPN `http/1.1`) and trusts the Mozilla roots
 //! (`webpki-roots`), or, for a target configured with a `caFile`, only the certificates of
 //! that file ([`HttpClient::trusting`]). Any other scheme is refused before a connection is
 //! made.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -23,14 +23,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tower_service::Service;
+
+use crate::config::{UpstreamProtocol, UpstreamTls};
+use crate::proxy::body::BoxError;
+use crate::proxy::client::{Connector as Dial, UpstreamStream};
 
 /// Largest answer body read (webhook answers, Prometheus results, API documents).
 pub const MAX_BODY: usize = 4 << 20;
@@ -99,10 +98,13 @@ impl Default for HttpClient {
 impl HttpClient {
     /// A client trusting the Mozilla roots, with keep-alive pooling and a connect timeout.
     pub fn new() -> Self {
-        let roots = RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let default = pool(roots);
+        // The ring provider speaks TLS 1.2 and 1.3; should it ever not, https
+        // calls fail with a reason instead of the process refusing to start.
+        let connector = Connector::trusting(None).unwrap_or_else(|_| Connector {
+            plain: Dial::plain(CONNECT_TIMEOUT),
+            tls: None,
+        });
+        let default = pool(connector);
         HttpClient {
             inner: default.clone(),
             ca_file: None,
@@ -124,10 +126,7 @@ impl HttpClient {
                 match map.get(path) {
                     Some(c) => c.clone(),
                     None => {
-                        let certs = crate::config::tls::load_ca_file(path)?;
-                        let mut roots = RootCertStore::empty();
-                        roots.add_parsable_certificates(certs);
-                        let c = pool(roots);
+                        let c = pool(Connector::trusting(Some(path))?);
                         map.insert(path.to_path_buf(), c.clone());
                         c
                     }
@@ -200,128 +199,61 @@ impl HttpClient {
 }
 
 /// The pool of one trust setting.
-fn pool(roots: RootCertStore) -> Pooled {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    // `https://` URIs reach the TCP connector too; TLS is added by [`Connector`].
-    http.enforce_http(false);
-    let cfg = ClientConfig::builder_with_provider(crate::config::tls::provider())
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map(|b| b.with_root_certificates(roots).with_no_client_auth());
-    let tls = match cfg {
-        Ok(mut c) => {
-            c.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Some(tokio_rustls::TlsConnector::from(Arc::new(c)))
-        }
-        // The ring provider supports both versions; should it ever not, https calls
-        // fail with a reason instead of the process refusing to start.
-        Err(_) => None,
-    };
+fn pool(connector: Connector) -> Pooled {
     Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(8)
-        .build(Connector { http, tls })
+        .build(connector)
 }
 
-/// TCP, then TLS for `https://`.
+/// TCP for `http://`, TCP then TLS for `https://`: the proxy's upstream
+/// connector, one of each.
 #[derive(Clone)]
 pub struct Connector {
-    http: HttpConnector,
-    tls: Option<tokio_rustls::TlsConnector>,
+    /// Dials `http://` URLs.
+    plain: Dial,
+    /// Dials `https://` URLs; `None`: TLS could not be set up.
+    tls: Option<Dial>,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl Service<http::Uri> for Connector {
-    type Response = TokioIo<Stream>;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.http.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, dst: http::Uri) -> Self::Future {
-        let mut http = self.http.clone();
-        let tls = self.tls.clone();
-        Box::pin(async move {
-            let https = dst.scheme_str() == Some("https");
-            let host = dst
-                .host()
-                .unwrap_or_default()
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string();
-            let tcp = http.call(dst).await?.into_inner();
-            if !https {
-                return Ok(TokioIo::new(Stream::Plain(tcp)));
-            }
-            let tls = tls.ok_or("TLS is not available in this build")?;
-            let name = ServerName::try_from(host.clone())
-                .map_err(|_| format!("{host:?} cannot be a TLS server name"))?;
-            let s = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(name, tcp))
-                .await
-                .map_err(|_| "TLS handshake timed out")??;
-            Ok(TokioIo::new(Stream::Tls(Box::new(s))))
+impl Connector {
+    /// TLS trusting the Mozilla roots (`None`) or only the certificates of
+    /// `ca_file`, offering ALPN `http/1.1`; an unreadable file is an error
+    /// naming it.
+    fn trusting(ca_file: Option<&Path>) -> Result<Self, String> {
+        let trust = UpstreamTls {
+            ca_file: ca_file.map(Path::to_path_buf),
+            server_name: None,
+        };
+        let cfg = crate::proxy::tls::client_config(&trust, UpstreamProtocol::Http1)?;
+        Ok(Connector {
+            plain: Dial::plain(CONNECT_TIMEOUT),
+            tls: Some(Dial::tls(CONNECT_TIMEOUT, cfg, None)?),
         })
     }
 }
 
-/// A connection, clear or TLS.
-pub enum Stream {
-    /// `http://`.
-    Plain(TcpStream),
-    /// `https://` (boxed: the session state is large).
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
+impl Service<http::Uri> for Connector {
+    type Response = TokioIo<UpstreamStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
-impl Connection for Stream {
-    fn connected(&self) -> Connected {
-        match self {
-            Stream::Plain(s) => s.connected(),
-            Stream::Tls(s) => s.get_ref().0.connected(),
-        }
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        std::task::ready!(self.plain.poll_ready(cx))?;
+        match &mut self.tls {
+            Some(tls) => tls.poll_ready(cx),
+            None => Poll::Ready(Ok(())),
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        if dst.scheme_str() != Some("https") {
+            return self.plain.call(dst);
         }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match &mut self.tls {
+            Some(tls) => tls.call(dst),
+            None => Box::pin(async { Err("TLS is not available in this build".into()) }),
         }
     }
 }
@@ -354,5 +286,21 @@ pub fn fmt_duration(d: Duration) -> String {
         format!("{:.1}s", d.as_secs_f64())
     } else {
         format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_file_that_cannot_be_read_is_an_error_naming_it_and_no_pool() {
+        let client = HttpClient::new();
+        let missing =
+            std::env::temp_dir().join(format!("weir-http-no-ca-{}.pem", std::process::id()));
+        let err = client.trusting(Some(&missing)).unwrap_err();
+        assert!(err.contains(&missing.display().to_string()), "{err}");
+        assert!(client.shared.by_ca.lock().unwrap().is_empty());
+        assert!(client.trusting(None).is_ok());
     }
 }

@@ -54,19 +54,23 @@ impl Req {
     }
 }
 
+/// Decides `r` on the table's first route with the draw `weight`, `mirror`.
+fn decide_at(t: &TableSpec, r: &Req, weight: u8, mirror: u8) -> Decision {
+    decide(&r.view(), &t.routing.routes[0], Draw { weight, mirror })
+}
+
 /// Decides with a draw that never picks the canary by weight, so only
 /// rules can send a request there.
 fn side(t: &TableSpec, r: &Req) -> Side {
-    let route = &t.routing.routes[0];
-    decide(
-        &r.view(),
-        route,
-        Draw {
-            weight: 99,
-            mirror: 99,
-        },
-    )
-    .side
+    decide_at(t, r, 99, 99).side
+}
+
+/// [`side`] of a request to `/` with one `cookie` header per entry.
+fn cookie_side(t: &TableSpec, cookies: &[&str]) -> Side {
+    let r = cookies
+        .iter()
+        .fold(Req::new("/"), |r, c| r.header("cookie", c));
+    side(t, &r)
 }
 
 fn ab(rule: &str) -> TableSpec {
@@ -171,68 +175,27 @@ fn header_matchers_every_kind() {
 #[test]
 fn flagger_cookie_header_regex_keeps_working() {
     let t = ab("{ headers: { cookie: { regex: \"^(.*?;)?(canary=always)(;.*)?$\" } } }");
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "canary=always")),
-        Side::Canary
-    );
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "canary=always;a=b")),
-        Side::Canary
-    );
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "a=b;canary=always")),
-        Side::Canary
-    );
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "canary=never")),
-        Side::Primary
-    );
+    assert_eq!(cookie_side(&t, &["canary=always"]), Side::Canary);
+    assert_eq!(cookie_side(&t, &["canary=always;a=b"]), Side::Canary);
+    assert_eq!(cookie_side(&t, &["a=b;canary=always"]), Side::Canary);
+    assert_eq!(cookie_side(&t, &["canary=never"]), Side::Primary);
     // HTTP/2 split cookies are joined with "; " before the regex sees them,
     // exactly as one HTTP/1 header would carry them.
-    let split = Req::new("/")
-        .header("cookie", "canary=always")
-        .header("cookie", "a=b");
-    assert_eq!(side(&t, &split), Side::Canary);
+    assert_eq!(cookie_side(&t, &["canary=always", "a=b"]), Side::Canary);
 }
 
 #[test]
 fn cookie_matchers_parse_every_cookie_header() {
     let t = ab("{ cookies: { canary: { exact: always } } }");
-    assert_eq!(
-        side(
-            &t,
-            &Req::new("/").header("cookie", "a=b; canary=always; c=d")
-        ),
-        Side::Canary
-    );
-    assert_eq!(
-        side(
-            &t,
-            &Req::new("/")
-                .header("cookie", "a=b")
-                .header("cookie", "canary=always")
-        ),
-        Side::Canary
-    );
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "xcanary=always")),
-        Side::Primary
-    );
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "canary=alwaysx")),
-        Side::Primary
-    );
+    assert_eq!(cookie_side(&t, &["a=b; canary=always; c=d"]), Side::Canary);
+    assert_eq!(cookie_side(&t, &["a=b", "canary=always"]), Side::Canary);
+    assert_eq!(cookie_side(&t, &["xcanary=always"]), Side::Primary);
+    assert_eq!(cookie_side(&t, &["canary=alwaysx"]), Side::Primary);
     // Percent-encoded values are decoded by the cookie crate.
     let t = ab("{ cookies: { group: { exact: \"a b\" } } }");
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "group=a%20b")),
-        Side::Canary
-    );
+    assert_eq!(cookie_side(&t, &["group=a%20b"]), Side::Canary);
     let t = ab("{ cookies: { session: { present: true } } }");
-    assert_eq!(
-        side(&t, &Req::new("/").header("cookie", "session=1")),
-        Side::Canary
-    );
+    assert_eq!(cookie_side(&t, &["session=1"]), Side::Canary);
     assert_eq!(side(&t, &Req::new("/")), Side::Primary);
 }
 
@@ -404,14 +367,7 @@ fn weight_edges_are_exact() {
             "  - {{ name: app, primary: blue, canary: green, canaryWeight: {w} }}\n"
         ));
         for draw in [0u8, 1, 50, 98, 99] {
-            let d = decide(
-                &r.view(),
-                &t.routing.routes[0],
-                Draw {
-                    weight: draw,
-                    mirror: 0,
-                },
-            );
+            let d = decide_at(&t, &r, draw, 0);
             assert_eq!(d.side, want, "weight {w} draw {draw}");
             assert_eq!(d.reason, Reason::Weight);
         }
@@ -426,24 +382,10 @@ fn weight_edges_are_exact() {
 fn match_wins_over_weight_and_no_canary_means_primary() {
     let t = table("  - name: app\n    primary: blue\n    canary: green\n    canaryWeight: 0\n    match:\n      - headers: { x-canary: { exact: insider } }\n");
     let r = Req::new("/").header("x-canary", "insider");
-    let d = decide(
-        &r.view(),
-        &t.routing.routes[0],
-        Draw {
-            weight: 0,
-            mirror: 0,
-        },
-    );
+    let d = decide_at(&t, &r, 0, 0);
     assert_eq!((d.side, d.reason), (Side::Canary, Reason::Match));
     let t = table("  - { name: app, primary: blue }\n");
-    let d = decide(
-        &r.view(),
-        &t.routing.routes[0],
-        Draw {
-            weight: 0,
-            mirror: 0,
-        },
-    );
+    let d = decide_at(&t, &r, 0, 0);
     assert_eq!(
         (d.side, d.reason, d.mirror),
         (Side::Primary, Reason::NoCanary, false)
@@ -453,18 +395,8 @@ fn match_wins_over_weight_and_no_canary_means_primary() {
 #[test]
 fn mirror_only_for_primary_bound_requests_and_by_weight() {
     let t = table("  - { name: app, primary: blue, canary: green, canaryWeight: 50, mirror: { weight: 30 } }\n");
-    let route = &t.routing.routes[0];
     let r = Req::new("/");
-    let d = |w: u8, m: u8| {
-        decide(
-            &r.view(),
-            route,
-            Draw {
-                weight: w,
-                mirror: m,
-            },
-        )
-    };
+    let d = |w: u8, m: u8| decide_at(&t, &r, w, m);
     assert!(d(60, 29).mirror, "primary side, mirror draw under 30");
     assert!(!d(60, 30).mirror, "mirror draw at 30 is outside");
     assert!(!d(10, 0).mirror, "canary-bound requests are never mirrored");

@@ -1,7 +1,7 @@
 use super::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 /// `|approx - exact| / exact`, the error the histogram promises to bound.
 fn relative_error(approx: u64, exact: u64) -> f64 {
@@ -511,29 +511,33 @@ fn merged_snapshots_equal_the_snapshot_of_all_records() {
 
 // ---------------------------------------------------------------- concurrency
 
+/// Runs `record(t)` for t in 0..threads, each on its own thread, all
+/// started together so that they really overlap; returns when all are done
+/// (a panic in one fails the test).
+fn together(threads: u64, record: impl Fn(u64) + Sync) {
+    let start = Barrier::new(threads as usize);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (start, record) = (&start, &record);
+            s.spawn(move || {
+                start.wait();
+                record(t);
+            });
+        }
+    });
+}
+
 #[test]
 fn concurrent_recorders_into_one_fresh_second_lose_nothing() {
     // A fresh ring, so the threads also race for the first reset of the slot.
     const THREADS: u64 = 4;
     const PER_THREAD: u64 = 25_000;
-    let stats = Arc::new(RouteStats::new(600));
-    let start = Arc::new(Barrier::new(THREADS as usize));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let stats = Arc::clone(&stats);
-            let start = Arc::clone(&start);
-            std::thread::spawn(move || {
-                // Start together so the threads really overlap.
-                start.wait();
-                for i in 0..PER_THREAD {
-                    stats.record(Role::Primary, 42, i % 10 == 0, 1_000 + t * 100 + i % 50);
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().expect("recorder thread panicked");
-    }
+    let stats = RouteStats::new(600);
+    together(THREADS, |t| {
+        for i in 0..PER_THREAD {
+            stats.record(Role::Primary, 42, i % 10 == 0, 1_000 + t * 100 + i % 50);
+        }
+    });
     let got = stats.snapshot(Role::Primary, 42, 60);
     assert_eq!(got.requests, THREADS * PER_THREAD);
     assert_eq!(got.histogram.total(), THREADS * PER_THREAD);
@@ -550,26 +554,14 @@ fn concurrent_recorders_crossing_seconds_lose_nothing() {
     // Threads may drift apart by many seconds on a loaded machine; a ring
     // much longer than the run keeps that drift under one lap (a drift of
     // a lap is the documented drop case, not what this test is about).
-    let stats = Arc::new(RouteStats::new(60));
-    let start = Arc::new(Barrier::new(THREADS as usize));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let stats = Arc::clone(&stats);
-            let start = Arc::clone(&start);
-            std::thread::spawn(move || {
-                // Start together so the threads really overlap.
-                start.wait();
-                for second in 1_000..1_000 + SECONDS {
-                    for i in 0..PER_SECOND {
-                        stats.record(Role::Canary, second, false, 500 + t + i);
-                    }
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().expect("recorder thread panicked");
-    }
+    let stats = RouteStats::new(60);
+    together(THREADS, |t| {
+        for second in 1_000..1_000 + SECONDS {
+            for i in 0..PER_SECOND {
+                stats.record(Role::Canary, second, false, 500 + t + i);
+            }
+        }
+    });
     let last = 1_000 + SECONDS - 1;
     for second in 1_000..=last {
         let got = stats.snapshot(Role::Canary, second, 1);
@@ -588,25 +580,14 @@ fn concurrent_recorders_racing_for_hot_path_resets_lose_nothing() {
     const THREADS: u64 = 4;
     const PER_SECOND: u64 = 20;
     const SECONDS: u64 = 250;
-    let stats = Arc::new(RouteStats::new(600));
-    let start = Arc::new(Barrier::new(THREADS as usize));
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let stats = Arc::clone(&stats);
-            let start = Arc::clone(&start);
-            std::thread::spawn(move || {
-                start.wait();
-                for k in 0..SECONDS {
-                    for i in 0..PER_SECOND {
-                        stats.record(Role::Mirror, 2_000 + 2 * k, i == t, 300 + i);
-                    }
-                }
-            })
-        })
-        .collect();
-    for handle in handles {
-        handle.join().expect("recorder thread panicked");
-    }
+    let stats = RouteStats::new(600);
+    together(THREADS, |t| {
+        for k in 0..SECONDS {
+            for i in 0..PER_SECOND {
+                stats.record(Role::Mirror, 2_000 + 2 * k, i == t, 300 + i);
+            }
+        }
+    });
     for k in 0..SECONDS {
         let second = 2_000 + 2 * k;
         let got = stats.snapshot(Role::Mirror, second, 1);

@@ -18,6 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use weir::app::RunningApp;
 use weir::echo::{EchoHandle, EchoOptions};
 
+pub mod weir_ctl;
+
 /// A loopback address whose connects are refused, held for as long as the returned
 /// socket lives: it is bound but never listens, so the kernel answers every connect
 /// with a reset and no other test (or process) can be handed the port meanwhile, as

@@ -26,7 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::time::Sleep;
 
-/// What stays the same over the attempts of one request.
+/// What stays the same over the attempts of one request (references and
+/// small values: a copy is a few words).
+#[derive(Clone, Copy)]
 pub struct Attempts<'a> {
     /// The proxy's shared state (clock, settings).
     pub shared: &'a ProxyShared,

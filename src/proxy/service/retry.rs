@@ -4,40 +4,42 @@
 //! timeouts, what is counted) is the shared one of `phases::attempts`.
 
 use super::request::copy_head;
-use super::ProxyShared;
-use crate::config::{RetryPolicy, UpstreamProtocol, UpstreamTls};
+use crate::config::{UpstreamProtocol, UpstreamTls};
 use crate::dataplane::resilience::retry::{AttemptOutcome, BodyReplay};
-use crate::dataplane::resilience::RouteGuards;
-use crate::dataplane::store::RouteRuntime;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::client::{stale_connection, HttpClient};
 use crate::proxy::phases::attempts::{self, Attempts, Tried};
 use crate::proxy::phases::{UpstreamFailure, ATTEMPT_HEADER};
-use crate::proxy::upstream::{Backend, Endpoint};
-use crate::stats::Role;
+use crate::proxy::upstream::Endpoint;
 use bytes::Bytes;
 use http::header::HeaderValue;
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// What stays the same over the attempts of one request.
+/// What stays the same over the attempts of one request: the shared
+/// loop's part, and how the hyper path sends one.
 pub(super) struct Replay<'a> {
-    pub(super) shared: &'a Arc<ProxyShared>,
-    pub(super) rt: &'a RouteRuntime,
-    pub(super) role: Role,
-    pub(super) backend: &'a Backend,
+    /// What the shared loop decides and counts with (its `replay` says
+    /// whether `body` is kept).
+    pub(super) attempts: Attempts<'a>,
+    /// The pool the first try of each attempt goes through.
     pub(super) client: &'a HttpClient,
+    /// The backend's protocol and TLS setting, for a fresh connection
+    /// after a stale pooled one.
     pub(super) protocol: UpstreamProtocol,
     pub(super) tls: Option<&'a UpstreamTls>,
-    pub(super) guards: &'a RouteGuards,
-    pub(super) policy: &'a RetryPolicy,
-    pub(super) method: Method,
     /// The body, read whole (`None`: no body).
     pub(super) body: Option<Bytes>,
-    /// The route timeout: the deadline of all attempts together.
-    pub(super) route_timeout: Duration,
+}
+
+/// What a kept body (`None`: no body) allows the shared loop.
+pub(super) fn replay_of(body: Option<&Bytes>) -> BodyReplay {
+    match body {
+        Some(_) => BodyReplay::Buffered,
+        None => BodyReplay::Empty,
+    }
 }
 
 /// Sends attempts (the shared loop, `phases::attempts`) until one is not
@@ -48,25 +50,10 @@ pub(super) async fn run(
     first: Arc<Endpoint>,
     start: std::time::Instant,
 ) -> Tried<Response<Incoming>> {
-    let replay = if x.body.is_some() {
-        BodyReplay::Buffered
-    } else {
-        BodyReplay::Empty
-    };
-    let loop_cx = Attempts {
-        shared: x.shared,
-        rt: x.rt,
-        role: x.role,
-        backend: x.backend,
-        guards: x.guards,
-        policy: x.policy,
-        method: &x.method,
-        replay,
-        route_timeout: x.route_timeout,
-    };
+    debug_assert_eq!(x.attempts.replay, replay_of(x.body.as_ref()));
     let (x, head) = (&x, &head);
     let timer = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
-    attempts::run(loop_cx, first, start, timer, |endpoint, n| {
+    attempts::run(x.attempts, first, start, timer, |endpoint, n| {
         let mut req = copy_head(head);
         point_at(&mut req, &endpoint.authority);
         if n > 1 {
@@ -111,10 +98,12 @@ async fn send(
             .map_or_else(ProxyBody::empty, ProxyBody::full)
     };
     match x.client.request(req.map(|()| body())).await {
-        Err(e) if stale_connection(&e) => match x.shared.client.fresh_for(x.protocol, x.tls) {
-            Ok(fresh) => fresh.request(again.map(|()| body())).await,
-            Err(_) => Err(e),
-        },
+        Err(e) if stale_connection(&e) => {
+            match x.attempts.shared.client.fresh_for(x.protocol, x.tls) {
+                Ok(fresh) => fresh.request(again.map(|()| body())).await,
+                Err(_) => Err(e),
+            }
+        }
         r => r,
     }
 }
