@@ -18,9 +18,17 @@ fail() {
   exit 1
 }
 
-# Sets COMPOSE to the Compose command installed, or exits naming the script.
+# Sets COMPOSE to the Compose command: WEIR_COMPOSE when set ("docker compose"
+# or "docker-compose", checked), else v2 if installed, else v1; or exits
+# naming the script.
 find_compose() {
-  if docker compose version >/dev/null 2>&1; then
+  if [[ -n ${WEIR_COMPOSE:-} ]]; then
+    read -r -a COMPOSE <<<"$WEIR_COMPOSE"
+    "${COMPOSE[@]}" version >/dev/null 2>&1 || {
+      echo "$(basename "$0"): WEIR_COMPOSE='$WEIR_COMPOSE' does not run ('${WEIR_COMPOSE} version' failed)" >&2
+      exit 1
+    }
+  elif docker compose version >/dev/null 2>&1; then
     COMPOSE=(docker compose)
   elif command -v docker-compose >/dev/null 2>&1; then
     COMPOSE=(docker-compose)
@@ -28,4 +36,5 @@ find_compose() {
     echo "$(basename "$0"): neither 'docker compose' nor 'docker-compose' is installed" >&2
     exit 1
   fi
+  echo "compose: ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null || "${COMPOSE[@]}" version | head -n 1))"
 }
