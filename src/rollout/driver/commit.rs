@@ -126,8 +126,10 @@ impl Runner {
         }
     }
 
-    /// Persists, publishes and applies the outcome of a step (in that order: a crash
-    /// after the state is saved re-applies its writes from the file).
+    /// Persists, applies and publishes the outcome of a step, in that order: a crash
+    /// after the state is saved re-applies its writes from the file, and whoever hears
+    /// of a step (the status, the broadcast, the sink) finds its traffic on the data
+    /// planes, unless a write is owed (then the `DataPlaneError` event follows).
     pub(super) async fn commit(&mut self, events: Vec<RolloutEvent>) {
         if !self.persist().await {
             // Fleet mode: the save was refused (ownership lost, or etcd unreachable):
@@ -139,6 +141,8 @@ impl Runner {
             self.update_status();
             return;
         }
+        // The status is written below, with the events: not before them.
+        let applied = self.write_owed().await;
         // `publish` writes the status with each event; a step without events still
         // changed the state.
         if events.is_empty() {
@@ -147,7 +151,7 @@ impl Runner {
         for e in events {
             self.publish(e);
         }
-        if let Err(e) = self.flush().await {
+        if let Err(e) = applied {
             self.set_dp_error(Some(e));
         }
     }

@@ -332,7 +332,18 @@ impl Runner {
         Ok(())
     }
 
+    /// Applies the owed writes, then shows what is left owed in the status.
     pub(super) async fn flush(&mut self) -> Result<(), String> {
+        if self.write_owed().await? {
+            self.update_status();
+        }
+        Ok(())
+    }
+
+    /// Applies the owed writes, in order, persisting what was written; `Ok(true)` when
+    /// something was (the status's owed writes are then out of date), `Err` says what
+    /// is still owed. The caller writes the status.
+    pub(super) async fn write_owed(&mut self) -> Result<bool, String> {
         let mut wrote = false;
         while let Some(change) = self.rec.pending.first().cloned() {
             match self
@@ -356,9 +367,8 @@ impl Runner {
         if wrote {
             self.persist().await;
             self.refresh_versions().await;
-            self.update_status();
         }
-        Ok(())
+        Ok(wrote)
     }
 
     /// Records the planes' versions after our own writes (they moved them forward).

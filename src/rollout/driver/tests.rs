@@ -29,10 +29,23 @@ const POLLS: usize = 10_000;
 
 /// Two slots, route `app`, canary `app`: no metrics (every tick passes), stepWeight 10.
 fn config() -> crate::config::Config {
-    let yaml = "listeners:\n  - name: http\n    address: 127.0.0.1:0\nbackends:\n  app-blue:\n    endpoints: [\"127.0.0.1:9001\"]\n  app-green:\n    endpoints: [\"127.0.0.1:9002\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 1m\n      threshold: 2\n      maxWeight: 50\n      stepWeight: 10\n";
+    parse(CONFIG)
+}
+
+/// [`config`] with `skipAnalysis: true`: the first tick swaps the slots and succeeds.
+fn skip_analysis_config() -> crate::config::Config {
+    parse(&CONFIG.replace(
+        "    route: app\n",
+        "    route: app\n    skipAnalysis: true\n",
+    ))
+}
+
+fn parse(yaml: &str) -> crate::config::Config {
     crate::config::parse_yaml(yaml, "test.yaml", std::path::Path::new("."))
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+const CONFIG: &str = "listeners:\n  - name: http\n    address: 127.0.0.1:0\nbackends:\n  app-blue:\n    endpoints: [\"127.0.0.1:9001\"]\n  app-green:\n    endpoints: [\"127.0.0.1:9002\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 1m\n      threshold: 2\n      maxWeight: 50\n      stepWeight: 10\n";
 
 fn clock() -> Clock {
     Clock::tokio_at(1_700_000_000_000)
@@ -472,4 +485,72 @@ async fn the_rollout_series_follow_every_step_of_a_local_run() {
         revs.iter().any(|(b, _)| b == "app-blue") && revs.iter().any(|(b, _)| b == "app-green")
     );
     en.shutdown().await;
+}
+
+/// What the data plane had when an event was handed out: (reason, the event's canary
+/// weight, the route's canary weight, the route's primary).
+type Heard = Vec<(String, u8, i64, String)>;
+
+/// Runs `cfg`'s canary on the in-process plane until it succeeds, with a sink that
+/// reads the route at the moment each event is handed out.
+async fn heard_over_a_run(cfg: crate::config::Config) -> Heard {
+    let store = TableStore::new(cfg.table.clone());
+    let heard: Arc<Mutex<Heard>> = Arc::default();
+    let sink: EventSink = {
+        let (store, heard) = (store.clone(), heard.clone());
+        Arc::new(move |e: &RolloutEvent| {
+            let route = store.load().spec.raw.routes[0].clone();
+            heard.lock().unwrap().push((
+                e.reason.clone(),
+                e.canary_weight,
+                route.canary_weight.unwrap_or(0),
+                route.primary,
+            ));
+        })
+    };
+    let en = Engine::start(
+        &cfg.canaries,
+        EngineOptions {
+            local: Some(LocalPlane {
+                store: store.clone(),
+                started: Instant::now(),
+            }),
+            sink: Some(sink),
+            clock: clock(),
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    start_run(&en).await;
+    until(&en, "the end of the run", |s| s.phase == Phase::Succeeded).await;
+    en.shutdown().await;
+    let heard = heard.lock().unwrap().clone();
+    heard
+}
+
+/// A step's route writes are applied before its events are handed out (and before the
+/// status shows them): whoever hears of a step finds its traffic on the data plane.
+/// With skipAnalysis the swap and `Succeeded` are one step, so a reader of `Succeeded`
+/// must find the slots swapped.
+#[tokio::test(start_paused = true)]
+async fn every_event_finds_its_traffic_on_the_data_plane() {
+    for (kind, cfg) in [
+        ("stepped", config()),
+        ("skipAnalysis", skip_analysis_config()),
+    ] {
+        let heard = heard_over_a_run(cfg).await;
+        let (_, _, _, primary) = heard
+            .iter()
+            .find(|(reason, ..)| reason == "Succeeded")
+            .unwrap_or_else(|| panic!("{kind}: no Succeeded heard: {heard:?}"));
+        assert_eq!(primary, "app-green", "{kind}: {heard:?}");
+        let ahead: Vec<_> = heard
+            .iter()
+            .filter(|(_, said, has, _)| i64::from(*said) != *has)
+            .collect();
+        assert!(
+            ahead.is_empty(),
+            "{kind}: heard before the data plane had their weight: {ahead:?}"
+        );
+    }
 }
