@@ -74,36 +74,8 @@ pub struct BackendView {
     /// knows every configured endpoint to run; `None`: unknown or mixed, and the
     /// revision is read through `revision_path`.
     pub provided_revision: Option<String>,
-    /// Its endpoint rolling update (DESIGN §7); `None`: not reported.
-    pub update: Option<UpdateRead>,
-}
-
-/// A backend's endpoint rolling update as the engine reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpdateRead {
-    /// `Progressing`, `Complete` or `Stalled`.
-    pub phase: Phase,
-    /// Endpoints in the list being rolled to.
-    pub desired: usize,
-    /// Of those, in rotation.
-    pub updated: usize,
-    /// Ready endpoints in rotation (new and old).
-    pub ready: usize,
-    /// Old endpoints still in rotation.
-    pub old: usize,
-}
-
-impl UpdateRead {
-    /// The counts of `status`.
-    pub fn of(status: &RollingStatus) -> Self {
-        UpdateRead {
-            phase: status.phase,
-            desired: status.desired,
-            updated: status.updated,
-            ready: status.ready,
-            old: status.old,
-        }
-    }
+    /// Its endpoint rolling update's counts and phase (DESIGN §7); `None`: not reported.
+    pub update: Option<RollingStatus>,
 }
 
 impl BackendView {
@@ -112,14 +84,16 @@ impl BackendView {
         let Some(u) = &self.update else {
             return SlotDeploy::Ready;
         };
-        let counts = format!(
-            "backend {}: {} of {} new endpoints in rotation, {} ready, {} old",
-            self.name, u.updated, u.desired, u.ready, u.old
-        );
+        let counts = || {
+            format!(
+                "rolling update of backend {}: {} of {} new endpoints in rotation, {} ready, {} old",
+                self.name, u.updated, u.desired, u.ready, u.old
+            )
+        };
         match u.phase {
             Phase::Complete => SlotDeploy::Ready,
-            Phase::Progressing => SlotDeploy::Rolling(format!("rolling update of {counts}")),
-            Phase::Stalled => SlotDeploy::Stalled(format!("rolling update of {counts}")),
+            Phase::Progressing => SlotDeploy::Rolling(counts()),
+            Phase::Stalled => SlotDeploy::Stalled(counts()),
         }
     }
 
@@ -356,10 +330,7 @@ impl DataPlane for InProcess {
                 revision_path: spec.revision_path.clone(),
                 ready,
                 provided_revision: self.store.revisions().common(name, &spec.endpoints),
-                update: self
-                    .store
-                    .backend(name)
-                    .map(|b| UpdateRead::of(&b.rollout_status())),
+                update: self.store.backend(name).map(|b| b.rollout_status()),
             })
         })
     }

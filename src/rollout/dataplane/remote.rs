@@ -121,7 +121,7 @@ pub fn parse_backend(body: &[u8]) -> Result<BackendView, String> {
 
 /// The rolling update's phase and counts from a backend document's
 /// `rollingUpdate`; `None` when it does not say (an older weir).
-fn update_read(v: &serde_json::Value) -> Option<UpdateRead> {
+fn update_read(v: &serde_json::Value) -> Option<RollingStatus> {
     let phase = match v.get("phase")?.as_str()? {
         "Progressing" => Phase::Progressing,
         "Complete" => Phase::Complete,
@@ -133,12 +133,14 @@ fn update_read(v: &serde_json::Value) -> Option<UpdateRead> {
             .and_then(serde_json::Value::as_u64)
             .and_then(|n| usize::try_from(n).ok())
     };
-    Some(UpdateRead {
+    Some(RollingStatus {
         phase,
         desired: n("desired")?,
         updated: n("updated")?,
         ready: n("ready")?,
         old: n("old")?,
+        total: n("total")?,
+        draining: n("draining")?,
     })
 }
 
