@@ -55,7 +55,7 @@
 //! 5. features with their handlers: `table_api`, `endpoints`, `providers`, `rollout`, `cluster`, then `console`;
 //! 6. `app` (composition), `ctl`, `load`, `demo`, `import`, `cli`.
 //!
-//! `tests/layering.rs` holds every `crate::…` path in `src/` to this order.
+//! `tests/it/layering.rs` holds every `crate::…` path in `src/` to this order.
 
 pub mod affinity;
 pub mod app;

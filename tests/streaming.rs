@@ -1,7 +1,11 @@
 //! Bodies stream through the proxy: a 10 MiB upload and a 10 MiB download
-//! never sit whole in memory. Own test binary, so the process's peak RSS
-//! belongs to this test alone.
+//! never sit whole in memory.
+//!
+//! A test crate of its own, apart from `tests/it`: it measures the growth of
+//! the process's peak RSS (VmHWM), which only this test may move; in the
+//! shared crate any test running beside it would.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use bytes::Bytes;

@@ -3,7 +3,7 @@
 //! transports — the HTTP/1 fast path (`express`, bytes) and the hyper path
 //! (`service`, hyper types). The transports only read and write; what is
 //! decided, counted or logged is decided, counted and logged here, so the
-//! two cannot drift apart (`tests/parity.rs` holds them to the same
+//! two cannot drift apart (`tests/it/parity.rs` holds them to the same
 //! answers).
 //!
 //! Per request, in order:
