@@ -19,7 +19,6 @@ use weir::cluster::etcd::EtcdClient;
 use weir::cluster::{
     Algorithm, Cluster, ClusterEvent, ClusterOptions, ClusterSettings, Replicas, SaveError,
 };
-use weir::demo::traffic::{Traffic, TrafficSpec};
 
 const HEARTBEAT: Duration = Duration::from_millis(500);
 /// 3 × heartbeat rounded up to whole seconds.
@@ -613,30 +612,53 @@ async fn expired_lease_drops_everything_and_rejoins_with_new_tokens() {
 //
 // Three (or more) complete weirs in this process (proxy, control API, engine, cluster
 // membership), two `weir echo` slots shared by six routes `c0..c5` (hosts `cN.test`),
-// six canaries with a 300 ms analysis interval. Traffic goes to every replica's proxy,
-// and each canary's owner judges it on the sum of every replica's stats.
+// six canaries with a 300 ms analysis interval. Each canary's owner judges the traffic
+// on the sum of every replica's stats.
+//
+// No check depends on how fast the machine is. The analysis traffic is sent by the
+// canaries' own `rollout` webhook ([`TrafficHook`]) while the tick waits for it, so
+// every analysed tick sees its batch whatever the load; the proxying checks send fixed
+// batches and check every answer; "nothing stepped" is waited for on the engines'
+// skipped-tick counters, not on a clock.
 
 use crate::support;
 
 use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir::app::RunningApp;
+use weir::rollout::driver::FOLLOWER_REFRESH;
 use weir::rollout::{CanaryStatus, Phase};
 
-const INTERVAL: Duration = Duration::from_millis(300);
 /// Longest wait for a run to reach its end.
 const RUN_WAIT: Duration = Duration::from_secs(60);
+
+/// The checks' `minRequests`, and the canary answers every analysed tick's batch
+/// collects.
+const MIN_REQUESTS: u64 = 5;
+
+/// Most requests one batch sends. The owner's own proxy, one of at most three taken in
+/// turn, routes at least 20 % to the canary once a run is analysed: fewer than 5
+/// canary answers in 2000 requests (p ≥ 0.2/3) has a probability below 10⁻⁴⁰.
+const BATCH_MAX: u64 = 2000;
+
+/// Timeout of one of the test's own requests: a bound for a hung exchange, far above
+/// any latency of a loaded machine (how fast the proxy answers is not tested here).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 fn canary_names() -> Vec<String> {
     (0..6).map(|i| format!("c{i}")).collect()
 }
 
-/// One replica's config: six routes and canaries on the shared slots.
+/// One replica's config: six routes and canaries on the shared slots. The success-rate
+/// window (a minute) holds the whole batch the tick's `rollout` hook sent, however long
+/// the batch took (at most the hook's 30 s timeout).
 fn replica_yaml(
     etcd: &Etcd,
     name: &str,
     replicas: &str,
     blue: SocketAddr,
     green: SocketAddr,
+    hook: &TrafficHook,
 ) -> String {
     let mut y = format!(
         "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n\
@@ -652,7 +674,8 @@ fn replica_yaml(
     y.push_str("canaries:\n");
     for c in canary_names() {
         y.push_str(&format!(
-            "  - name: {c}\n    route: {c}\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\n"
+            "  - name: {c}\n    route: {c}\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 1m\n          minRequests: {MIN_REQUESTS}\n      webhooks:\n        - name: traffic\n          type: rollout\n          url: http://{}/{c}\n          timeout: 30s\n",
+            hook.addr
         ));
     }
     y
@@ -701,8 +724,8 @@ async fn all_canaries(
             .iter()
             .map(|c| match owner_status(apps, c) {
                 Some(s) => format!(
-                    "{c}: {:?} weight {} driven by {:?} ({:?})",
-                    s.phase, s.canary_weight, s.owner, s.data_plane_error
+                    "{c}: {:?} weight {} driven by {:?} ({:?}): {}",
+                    s.phase, s.canary_weight, s.owner, s.data_plane_error, s.message
                 ),
                 None => format!("{c}: no single owner"),
             })
@@ -711,18 +734,215 @@ async fn all_canaries(
     }
 }
 
-/// Requests to every route through one proxy, until stopped.
-fn start_load(addr: SocketAddr) -> Traffic {
-    TrafficSpec::new(addr)
-        .hosts(canary_names().iter().map(|c| format!("{c}.test")))
-        .pause(Duration::from_millis(3))
-        .start()
+/// Every canary's `skippedTicks` on every replica, replica by replica.
+fn skipped_ticks(apps: &[&RunningApp]) -> Vec<u64> {
+    apps.iter()
+        .flat_map(|a| {
+            canary_names()
+                .into_iter()
+                .map(|c| a.engine.status(&c).expect("status").skipped_ticks)
+        })
+        .collect()
 }
 
-/// Stops a load: the exchanges it finished and how many of them failed (not a 200).
-async fn stop_load(l: Traffic) -> (u64, u64) {
-    let t = l.stop().await;
-    (t.done(), t.failures().len() as u64)
+/// Waits until every canary's task on every replica has counted `n` more skipped
+/// ticks than in `since`: it went round its loop `n` times, found that it may not
+/// drive the canary, and stepped nothing. A task counts one at its ownership gate, with
+/// nothing of its own under way, so once each has counted one after a loss no tick
+/// is in flight anywhere. Bound: `n` follower refreshes (a task that may not drive
+/// wakes every 2 s) and one more, plus slack.
+async fn all_skipped(apps: &[&RunningApp], since: &[u64], n: u64, what: &str) {
+    let bound = FOLLOWER_REFRESH * (n as u32 + 1) + SLACK;
+    let done = || {
+        skipped_ticks(apps)
+            .iter()
+            .zip(since)
+            .all(|(now, was)| *now >= was + n)
+    };
+    assert!(
+        eventually(bound, done).await,
+        "{what}: skipped ticks {:?}, were {since:?}",
+        skipped_ticks(apps)
+    );
+}
+
+/// One GET through a proxy: `Ok` with the status and the `x-weir-version` of the slot
+/// that answered, or why there was no answer.
+async fn exchange(
+    c: &support::TestClient,
+    proxy: SocketAddr,
+    host: &str,
+) -> Result<(u16, String), String> {
+    let req = support::get(proxy, "/", &[("host", host)]);
+    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, c.request(req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(format!("request error: {e}")),
+        Err(_) => return Err("timed out".into()),
+    };
+    let status = resp.status().as_u16();
+    let version = resp
+        .headers()
+        .get("x-weir-version")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    match tokio::time::timeout(REQUEST_TIMEOUT, http_body_util::BodyExt::collect(resp)).await {
+        Ok(Ok(_)) => Ok((status, version)),
+        Ok(Err(e)) => Err(format!("body: {e}")),
+        Err(_) => Err("body timed out".into()),
+    }
+}
+
+/// Sends `n` requests through `proxy`, to the six routes in turn, and returns every
+/// exchange that was not a 200, described.
+async fn fixed_batch(proxy: SocketAddr, n: usize) -> Vec<String> {
+    let c = support::client();
+    let mut failures = Vec::new();
+    for (i, c_name) in canary_names().iter().cycle().take(n).enumerate() {
+        match exchange(&c, proxy, &format!("{c_name}.test")).await {
+            Ok((200, _)) => {}
+            Ok((status, v)) => failures.push(format!("request {i} ({c_name}): {status} from {v}")),
+            Err(e) => failures.push(format!("request {i} ({c_name}): {e}")),
+        }
+    }
+    failures
+}
+
+/// What the traffic hook sent through one replica.
+#[derive(Clone, Debug, Default)]
+struct Sent {
+    /// Exchanges over (answered or failed).
+    requests: u64,
+    /// Every exchange that was not a 200, described.
+    failures: Vec<String>,
+}
+
+/// The canaries' `rollout` webhook: a load tester in the manner of Flagger's, but
+/// synchronous. Every analysed tick of canary `cN` POSTs to `/cN`, and the hook answers
+/// only once it has sent requests to `cN.test`, through the live replicas' proxies in
+/// turn, until [`MIN_REQUESTS`] of them were answered by the canary slot (`v2`). The
+/// tick measures right after, so every check sees at least that many canary requests
+/// (summed over the replicas, as the owner judges them) however slowly the machine
+/// runs. A replica is a data plane of the owner whenever it can route to the canary:
+/// only the owner re-asserts a run's weight on a replica, and only on its own fleet.
+struct TrafficHook {
+    addr: SocketAddr,
+    /// The proxies to send through, by replica name.
+    proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>>,
+    /// What was sent through each replica.
+    sent: Arc<Mutex<BTreeMap<String, Sent>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TrafficHook {
+    async fn start() -> TrafficHook {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the hook");
+        let addr = l.local_addr().expect("hook address");
+        let proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>> = Arc::default();
+        let sent: Arc<Mutex<BTreeMap<String, Sent>>> = Arc::default();
+        let (p, s) = (proxies.clone(), sent.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = l.accept().await {
+                tokio::spawn(TrafficHook::answer(conn, p.clone(), s.clone()));
+            }
+        });
+        TrafficHook {
+            addr,
+            proxies,
+            sent,
+            task,
+        }
+    }
+
+    /// Sends through `app`'s proxy from now on.
+    fn add(&self, app: &RunningApp) {
+        self.proxies
+            .lock()
+            .unwrap()
+            .insert(cl(app).name().to_string(), app.proxy_addr());
+    }
+
+    /// Stops sending through replica `name` (before it is killed).
+    fn remove(&self, name: &str) {
+        self.proxies.lock().unwrap().remove(name);
+    }
+
+    /// What was sent through replica `name` so far.
+    fn sent(&self, name: &str) -> Sent {
+        self.sent
+            .lock()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// One hook call (the engine's client gets `Connection: close`: one call per
+    /// connection).
+    async fn answer(
+        mut conn: tokio::net::TcpStream,
+        proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>>,
+        sent: Arc<Mutex<BTreeMap<String, Sent>>>,
+    ) {
+        let mut buf = Vec::new();
+        let Some(head) = support::read_head(&mut conn, &mut buf).await else {
+            return;
+        };
+        let len: usize = support::header(&head, "content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        while buf.len() < len {
+            let mut chunk = [0u8; 4096];
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let canary = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("/")
+            .trim_start_matches('/')
+            .to_string();
+        let through: Vec<(String, SocketAddr)> = proxies
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, a)| (n.clone(), *a))
+            .collect();
+        let host = format!("{canary}.test");
+        let c = support::client();
+        let mut canary_answers = 0;
+        let mut i = 0;
+        while canary_answers < MIN_REQUESTS && i < BATCH_MAX && !through.is_empty() {
+            let (name, proxy) = &through[i as usize % through.len()];
+            i += 1;
+            let answer = exchange(&c, *proxy, &host).await;
+            let mut sent = sent.lock().unwrap();
+            let tally = sent.entry(name.clone()).or_default();
+            tally.requests += 1;
+            match answer {
+                Ok((200, v)) => canary_answers += u64::from(v == "v2"),
+                Ok((status, v)) => tally.failures.push(format!("{canary}: {status} from {v}")),
+                Err(e) => tally.failures.push(format!("{canary}: {e}")),
+            }
+        }
+        let _ = conn
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+    }
+}
+
+impl Drop for TrafficHook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn readyz(app: &RunningApp) -> support::Resp {
+    support::get_once(&support::client(), app.admin_addr, "/readyz", &[]).await
 }
 
 /// One replica's table: its version and every route's (primary, canaryWeight).
@@ -742,10 +962,6 @@ async fn start_run(app: &RunningApp, c: &str) -> support::Resp {
     support::send(&support::client(), req).await
 }
 
-async fn readyz(app: &RunningApp) -> support::Resp {
-    support::get_once(&support::client(), app.admin_addr, "/readyz", &[]).await
-}
-
 fn route_of(app: &RunningApp, c: &str) -> weir::config::raw::RawRoute {
     app.store
         .load()
@@ -758,17 +974,20 @@ fn route_of(app: &RunningApp, c: &str) -> weir::config::raw::RawRoute {
         .expect("route")
 }
 
-/// Starts `n` replicas and waits until every canary has one owner and is initialised.
+/// Starts the replicas `names`, their analysis traffic sent by `hook` through each.
 async fn fleet(
     etcd: &Etcd,
     names: &[&str],
     replicas: &str,
     blue: SocketAddr,
     green: SocketAddr,
+    hook: &TrafficHook,
 ) -> Vec<RunningApp> {
     let mut apps = Vec::new();
     for n in names {
-        apps.push(start_app(&replica_yaml(etcd, n, replicas, blue, green)).await);
+        let app = start_app(&replica_yaml(etcd, n, replicas, blue, green, hook)).await;
+        hook.add(&app);
+        apps.push(app);
     }
     apps
 }
@@ -795,18 +1014,43 @@ async fn start_all_runs(apps: &[&RunningApp], via: &RunningApp) {
     }
 }
 
+/// Every request the hook sent through these replicas was answered with a 200, and
+/// each of them carried some.
+fn hook_traffic_all_answered(hook: &TrafficHook, apps: &[&RunningApp]) {
+    for a in apps {
+        let name = cl(a).name();
+        let sent = hook.sent(name);
+        assert!(sent.requests > 0, "the hook sent through {name}");
+        assert!(
+            sent.failures.is_empty(),
+            "{name} kept proxying ({} requests): {:?}",
+            sent.requests,
+            sent.failures
+        );
+    }
+}
+
 /// A replica dies mid-run: its canaries are re-owned by the survivors once its lease
 /// expires, continue from the state it stored in etcd (a `Restored` event at the
 /// weight reached, no re-initialisation) and are promoted; no canary is ever driven by
-/// two replicas (sampled, and on the survivors' event-log revisions).
+/// two replicas (sampled, and on the survivors' event-log revisions); the survivors
+/// answer every request meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     let Some(etcd) = Etcd::start("fleet_dead_replica_runs_continue_on_the_new_owner").await else {
         return;
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
-    let mut apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
-    let loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
+    let hook = TrafficHook::start().await;
+    let mut apps = fleet(
+        &etcd,
+        &["r0", "r1", "r2"],
+        "3",
+        blue.addr,
+        green.addr,
+        &hook,
+    )
+    .await;
     {
         let refs: Vec<&RunningApp> = apps.iter().collect();
         let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -829,15 +1073,22 @@ async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     let lost = cl(&apps[victim]).owned();
     assert!(!lost.is_empty());
     let sampler = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
+    hook.remove(cl(&apps[victim]).name());
     cl(&apps[victim]).halt(); // a crash: nothing released, the lease runs out
     let dead = apps.remove(victim);
     let dead_name = cl(&dead).name().to_string();
-    let mut loads = loads;
-    let dead_load = loads.remove(victim);
-    let _ = stop_load(dead_load).await;
     dead.shutdown().await;
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
+    // The survivors answer while the dead replica's canaries wait for a new owner.
+    for a in &refs {
+        let failures = fixed_batch(a.proxy_addr(), 60).await;
+        assert!(
+            failures.is_empty(),
+            "{} kept proxying: {failures:?}",
+            cl(a).name()
+        );
+    }
     assert!(
         eventually(TTL + HEARTBEAT + SLACK, || lost
             .iter()
@@ -886,11 +1137,7 @@ async fn fleet_dead_replica_runs_continue_on_the_new_owner() {
     assert!(violations.is_empty(), "{violations:?}");
     let logs: Vec<Vec<ClusterEvent>> = apps.iter().map(|a| cl(a).event_log()).collect();
     check_log_exclusive(&logs, i64::MAX).expect("ownership intervals never overlap");
-    for l in loads {
-        let (sent, failed) = stop_load(l).await;
-        assert!(sent > 0);
-        assert_eq!(failed, 0, "the survivors kept proxying ({sent} requests)");
-    }
+    hook_traffic_all_answered(&hook, &refs);
     for a in apps {
         a.shutdown().await;
     }
@@ -906,10 +1153,18 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         return;
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
-    let apps = fleet(&etcd, &["r0", "r1", "r2"], "3", blue.addr, green.addr).await;
+    let hook = TrafficHook::start().await;
+    let apps = fleet(
+        &etcd,
+        &["r0", "r1", "r2"],
+        "3",
+        blue.addr,
+        green.addr,
+        &hook,
+    )
+    .await;
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
-    let loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
     assert!(eventually(TTL + SLACK, || settled(&clusters, 3)).await);
     start_all_runs(&refs, &apps[1]).await;
     all_canaries(&refs, RUN_WAIT, "every run at weight 20 or more", |s| {
@@ -935,12 +1190,18 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         .await,
         "every replica lost its lease"
     );
-    // Let any tick that was under way finish (its save fails: it is dropped), then
-    // take the reference picture. A real wait, kept: losing the lease does not take the
-    // canary's drive lock, and a tick dropped on an etcd timeout may end after the
-    // lease is gone, so no event outside the driver marks "no tick in flight" (it would
-    // take a product change, e.g. waiting for the drive lock on lease loss).
-    tokio::time::sleep(INTERVAL * 2).await;
+    // A tick under way when the lease went may still end (its save fails: it is
+    // dropped). Once every canary's task on every replica has been back to its
+    // ownership gate and found it may not drive, none is under way, and none can start
+    // without a lease: then the reference picture is taken.
+    let lost = skipped_ticks(&refs);
+    all_skipped(
+        &refs,
+        &lost,
+        1,
+        "every canary task idle after the lease loss",
+    )
+    .await;
     let picture = |apps: &[&RunningApp]| -> Vec<TablePicture> {
         apps.iter()
             .map(|a| {
@@ -974,12 +1235,20 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
             .all(|(p, w, _)| *p == Phase::Progressing && *w >= 20),
         "{states_before:?}"
     );
-    let sent_before: Vec<u64> = loads.iter().map(|l| l.tally().done()).collect();
-    // Ten analysis intervals without etcd. A real wait, kept: a canary task that may
-    // not drive wakes on its retry delay and publishes nothing, so no event marks ten
-    // intervals passing (it would take a product change, e.g. a wake counter in the
-    // status); the run cannot move to paused time either, since etcd is a real process.
-    tokio::time::sleep(INTERVAL * 10).await;
+    let idle = skipped_ticks(&refs);
+    // Every replica keeps proxying: a fixed batch through each, every answer a 200.
+    for a in &refs {
+        let failures = fixed_batch(a.proxy_addr(), 60).await;
+        assert!(
+            failures.is_empty(),
+            "{} kept proxying without etcd: {failures:?}",
+            cl(a).name()
+        );
+    }
+    // Every canary's task on every replica wakes twice more (at least two follower
+    // refreshes, more than ten analysis intervals), finds that it may not drive and
+    // steps nothing.
+    all_skipped(&refs, &idle, 2, "two more idle wake-ups without etcd").await;
     assert_eq!(
         picture(&refs),
         before,
@@ -990,9 +1259,6 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
         states_before,
         "no owner stepped any canary without etcd"
     );
-    for (l, b) in loads.iter().zip(&sent_before) {
-        assert!(l.tally().done() > *b + 10, "traffic kept flowing");
-    }
     for a in &refs {
         let r = readyz(a).await;
         assert_eq!(r.status, 503, "{}", r.text());
@@ -1017,10 +1283,7 @@ async fn fleet_without_etcd_steps_nothing_and_keeps_proxying() {
     for a in &refs {
         assert_eq!(readyz(a).await.status, 200);
     }
-    for l in loads {
-        let (_, failed) = stop_load(l).await;
-        assert_eq!(failed, 0, "no request failed while etcd was away");
-    }
+    hook_traffic_all_answered(&hook, &refs);
     for a in apps {
         a.shutdown().await;
     }
@@ -1039,8 +1302,8 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         return;
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
-    let mut apps = fleet(&etcd, &["r0", "r1"], "auto", blue.addr, green.addr).await;
-    let mut loads: Vec<Traffic> = apps.iter().map(|a| start_load(a.proxy_addr())).collect();
+    let hook = TrafficHook::start().await;
+    let mut apps = fleet(&etcd, &["r0", "r1"], "auto", blue.addr, green.addr, &hook).await;
     {
         let refs: Vec<&RunningApp> = apps.iter().collect();
         let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -1052,8 +1315,13 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         .await;
     }
     let sampler = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
-    apps.push(start_app(&replica_yaml(&etcd, "r2", "auto", blue.addr, green.addr)).await);
-    loads.push(start_load(apps[2].proxy_addr()));
+    apps.push(
+        start_app(&replica_yaml(
+            &etcd, "r2", "auto", blue.addr, green.addr, &hook,
+        ))
+        .await,
+    );
+    hook.add(&apps[2]);
     let sampler3 = Sampler::start(apps.iter().map(|a| cl(a).clone()).collect());
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
@@ -1068,6 +1336,15 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         2,
         "round-robin over 3 shards gives the newcomer 2 canaries"
     );
+    // Every replica answers while the moved runs change hands.
+    for a in &refs {
+        let failures = fixed_batch(a.proxy_addr(), 60).await;
+        assert!(
+            failures.is_empty(),
+            "{} kept proxying: {failures:?}",
+            cl(a).name()
+        );
+    }
     all_canaries(&refs, RUN_WAIT, "every run promoted", |s| {
         s.phase == Phase::Succeeded && s.revision.as_deref() == Some("v2")
     })
@@ -1130,10 +1407,7 @@ async fn fleet_joining_replica_takes_over_runs_without_double_ownership() {
         text.contains("r2") && text.contains("this replica drives"),
         "{text}"
     );
-    for l in loads {
-        let (_, failed) = stop_load(l).await;
-        assert_eq!(failed, 0);
-    }
+    hook_traffic_all_answered(&hook, &refs);
     for a in apps {
         a.shutdown().await;
     }
@@ -1148,7 +1422,8 @@ async fn fleet_a_refused_command_is_a_409_for_the_original_caller() {
         return;
     };
     let (blue, green) = (support::echo("v1").await, support::echo("v2").await);
-    let apps = fleet(&etcd, &["r0", "r1"], "2", blue.addr, green.addr).await;
+    let hook = TrafficHook::start().await;
+    let apps = fleet(&etcd, &["r0", "r1"], "2", blue.addr, green.addr, &hook).await;
     let refs: Vec<&RunningApp> = apps.iter().collect();
     let clusters: Vec<&Cluster> = apps.iter().map(cl).collect();
     assert!(eventually(TTL + SLACK, || settled(&clusters, 2)).await);

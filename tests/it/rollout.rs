@@ -851,10 +851,9 @@ async fn deploy_to_idle_slot_starts_a_run(watch: bool) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     } else {
-        // Kept as a real wait: an endpoint-list revision is read in process, and a tick
-        // that changes nothing publishes nothing, so no event marks the intervals
-        // passing without a product change (a tick counter in the status).
-        tokio::time::sleep(Duration::from_millis(900)).await;
+        // An endpoint-list revision is read in process, and a tick that changes nothing
+        // publishes nothing: the status's tick counter shows three more ticks decided.
+        wait_for(&app, "three more ticks", |s| s.ticks >= done.ticks + 3).await;
     }
     let after = status(&app);
     assert_eq!(after.phase, Phase::Succeeded, "{after:#?}");

@@ -130,7 +130,8 @@ impl Runner {
     /// after the state is saved re-applies its writes from the file, and whoever hears
     /// of a step (the status, the broadcast, the sink) finds its traffic on the data
     /// planes, unless a write is owed (then the `DataPlaneError` event follows).
-    pub(super) async fn commit(&mut self, events: Vec<RolloutEvent>) {
+    /// False when the step was dropped (fleet mode: its save was refused).
+    pub(super) async fn commit(&mut self, events: Vec<RolloutEvent>) -> bool {
         if !self.persist().await {
             // Fleet mode: the save was refused (ownership lost, or etcd unreachable):
             // the step never happened. The next owner continues from the last saved
@@ -139,7 +140,7 @@ impl Runner {
                 f.driving = None;
             }
             self.update_status();
-            return;
+            return false;
         }
         // The status is written below, with the events: not before them.
         let applied = self.write_owed().await;
@@ -154,6 +155,7 @@ impl Runner {
         if let Err(e) = applied {
             self.set_dp_error(Some(e));
         }
+        true
     }
 
     /// Turns a step's commands into owed writes, hook calls and events.

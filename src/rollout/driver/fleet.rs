@@ -207,6 +207,8 @@ impl Runner {
             &self.ring,
             self.dp_error.clone(),
         );
+        s.ticks = self.ticks;
+        s.skipped_ticks = self.skipped_ticks;
         if let Some(f) = &self.fleet_mode {
             s.owner = f.ownership.owner_of(&self.def.spec.name).map(|p| p.name);
             s.driven_here = Some(f.driving.is_some());
@@ -254,6 +256,8 @@ pub(super) fn build_status(
             Some(last) if !st.paused => Some(last.saturating_add(a.interval_ms)),
             _ => None,
         },
+        ticks: 0,
+        skipped_ticks: 0,
         weight_plan: a.weight_plan(),
         metrics: a.metrics.clone(),
         revision: st.revision.clone(),

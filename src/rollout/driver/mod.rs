@@ -18,6 +18,11 @@
 //! counted) and it is retried a few seconds later; the canary's status and a warning
 //! event say why.
 //!
+//! A tick that changes nothing publishes nothing, so the status counts what the loop
+//! did: every step in `ticks`, every wake-up that stepped nothing (a skipped tick, an
+//! owed write still failing, a fleet replica that may not drive) in `skippedTicks`.
+//! Clients wait on them rather than on a clock.
+//!
 //! # Restart
 //! The state file (`<stateDir>/<canary>.json`, written atomically: temp file, fsync,
 //! rename) holds the machine's state, the slot names, the session-affinity cookie values,
@@ -219,6 +224,19 @@ pub struct CanaryStatus {
     /// waits for a data plane.
     #[serde(default)]
     pub next_tick_ms: Option<u64>,
+    /// Ticks this replica's engine stepped for the canary since it started, whether or
+    /// not they changed anything: a client can wait for "N more intervals were
+    /// decided" instead of guessing from the clock. Counted in memory only (a
+    /// restarted weir starts again from 0).
+    #[serde(default)]
+    pub ticks: u64,
+    /// Wake-ups of the canary's task since it started that stepped nothing: a data
+    /// plane could not be read or a route write is still owed (the tick is retried a
+    /// few seconds later), or, in a fleet, this replica may not drive the canary (not
+    /// its owner, or no valid lease: such a task wakes every 2 s and on every
+    /// ownership change). In memory only, like `ticks`.
+    #[serde(default)]
+    pub skipped_ticks: u64,
     /// The canary weights of a canary-strategy run, step by step (empty for A/B and
     /// blue/green: their plan is `iterationsTotal`).
     #[serde(default)]

@@ -117,6 +117,10 @@ pub(super) struct Runner {
     pub(super) clock: Clock,
     /// The rollout series, updated with the status ([`EngineOptions::exporter`]).
     pub(super) exporter: Option<Arc<RolloutMetrics>>,
+    /// Ticks stepped since the task started (the status's `ticks`).
+    pub(super) ticks: u64,
+    /// Wake-ups that stepped nothing (the status's `skippedTicks`).
+    pub(super) skipped_ticks: u64,
 }
 
 impl Runner {
@@ -166,7 +170,17 @@ impl Runner {
             fleet_mode: None,
             clock: Clock::system(),
             exporter: None,
+            ticks: 0,
+            skipped_ticks: 0,
         }
+    }
+
+    /// Counts a wake-up that stepped nothing and shows it at once: a client waiting
+    /// for "the task went round and did nothing" must not wait for the next status
+    /// write.
+    pub(super) fn skipped(&mut self) {
+        self.skipped_ticks += 1;
+        self.update_status();
     }
 
     pub(super) fn retry_delay(&self) -> Duration {
@@ -199,6 +213,7 @@ impl Runner {
             if !self.gate().await {
                 // Fleet mode, not the owner: idle until ownership changes, refreshing
                 // the status from the owner's stored record.
+                self.skipped();
                 let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
                 match wait(
                     &self.clock,
@@ -221,6 +236,7 @@ impl Runner {
             };
             if let Err(e) = settled {
                 self.set_dp_error(Some(e));
+                self.skipped();
                 let d = Some(self.retry_delay());
                 let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
                 match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
@@ -281,6 +297,7 @@ impl Runner {
                 }
                 Next::Observed(Err(e)) => {
                     self.set_dp_error(Some(format!("tick skipped: {e}")));
+                    self.skipped();
                     let d = Some(self.retry_delay());
                     let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
                     match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
@@ -606,6 +623,12 @@ impl Runner {
         let prev = self.rec.state.clone();
         let (next, cmds) = step(&self.def.spec, &prev, obs, now);
         let events = self.absorb(&prev, next, cmds, now);
-        self.commit(events).await;
+        if self.commit(events).await {
+            self.ticks += 1;
+            self.update_status();
+        } else {
+            // Fleet mode: the save was refused and the step dropped.
+            self.skipped();
+        }
     }
 }

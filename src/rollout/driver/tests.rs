@@ -280,14 +280,57 @@ async fn a_write_owed_to_a_down_plane_is_applied_once_it_is_back() {
     let s = until(&en, "a write owed", |s| s.pending_writes > 0).await;
     assert_eq!(s.canary_weight, 20, "the step is decided: {s:#?}");
     assert_eq!(store_weight(&store), 10, "but not applied");
-    // Still owed after several retries.
+    // Still owed after several retries, each a wake-up that steps nothing.
     tokio::time::sleep(RETRY_MAX * 3).await;
     assert_eq!(store_weight(&store), 10);
-    assert!(en.status("app").unwrap().pending_writes > 0);
+    let owed = en.status("app").unwrap();
+    assert!(owed.pending_writes > 0);
+    assert_eq!(owed.ticks, s.ticks, "no tick while a write is owed");
+    assert!(
+        owed.skipped_ticks >= s.skipped_ticks + 3,
+        "every retry counted: {} then {}",
+        s.skipped_ticks,
+        owed.skipped_ticks
+    );
     plane.down.store(false, Ordering::SeqCst);
     let s = until(&en, "the owed write applied", |s| s.pending_writes == 0).await;
     assert_eq!(store_weight(&store), 20);
     assert_eq!(s.canary_weight, 20, "a retry is not a step: {s:#?}");
+    en.shutdown().await;
+}
+
+/// `ticks` counts every tick stepped, also one that changes nothing (an idle canary's),
+/// and none while paused; nothing here is a wake-up that steps nothing.
+#[tokio::test(start_paused = true)]
+async fn the_status_counts_the_ticks_that_change_nothing() {
+    let cfg = config();
+    let store = TableStore::new(cfg.table.clone());
+    let en = Engine::start(
+        &cfg.canaries,
+        EngineOptions {
+            local: Some(LocalPlane {
+                store,
+                started: Instant::now(),
+            }),
+            clock: clock(),
+            ..Default::default()
+        },
+    )
+    .expect("engine");
+    let s = until(&en, "initialised", |s| s.phase == Phase::Initialized).await;
+    assert_eq!(s.ticks, 1, "the initialising tick: {s:#?}");
+    // Three and a half intervals: three more ticks, none of which changes anything.
+    tokio::time::sleep(INTERVAL * 3 + INTERVAL / 2).await;
+    let idle = en.status("app").unwrap();
+    assert_eq!(idle.ticks, 4, "{idle:#?}");
+    assert_eq!(idle.events, s.events, "the ticks changed nothing");
+    assert_eq!(idle.skipped_ticks, 0);
+    // Paused: no tick is due, none is counted.
+    let out = en.command("app", ManualCommand::Pause).await.unwrap();
+    assert!(out.accepted, "{}", out.message);
+    tokio::time::sleep(INTERVAL * 3).await;
+    let paused = en.status("app").unwrap();
+    assert_eq!((paused.ticks, paused.skipped_ticks), (4, 0), "{paused:#?}");
     en.shutdown().await;
 }
 
@@ -385,10 +428,17 @@ async fn a_new_owner_continues_the_stored_run() {
         },
     )
     .expect("engine");
-    // Not the owner: a few follower refreshes pass and nothing is written.
-    tokio::time::sleep(FOLLOWER_REFRESH * 3).await;
+    // Not the owner: a few follower refreshes pass and nothing is written. The task
+    // woke at once, then once per refresh (at 0, 2, 4 and 6 s), and stepped nothing.
+    tokio::time::sleep(FOLLOWER_REFRESH * 3 + FOLLOWER_REFRESH / 2).await;
     assert_eq!(store_weight(&store), 0, "a follower writes nothing");
-    assert_eq!(en.status("app").unwrap().driven_here, Some(false));
+    let follower = en.status("app").unwrap();
+    assert_eq!(follower.driven_here, Some(false));
+    assert_eq!(
+        (follower.ticks, follower.skipped_ticks),
+        (0, 4),
+        "{follower:#?}"
+    );
     assert!(
         exporter.snapshot().canaries.is_empty(),
         "a follower exports no rollout gauges"
@@ -418,8 +468,12 @@ async fn a_new_owner_continues_the_stored_run() {
     // Like a restart, the first analysis waits one full interval.
     tokio::time::sleep(INTERVAL - Duration::from_secs(1)).await;
     assert_eq!(en.status("app").unwrap().canary_weight, 30);
-    until(&en, "the next step", |s| s.canary_weight == 40).await;
+    let s = until(&en, "the next step", |s| s.canary_weight == 40).await;
     assert_eq!(store_weight(&store), 40);
+    assert!(
+        s.ticks > 0 && s.skipped_ticks == 4,
+        "the owner steps, and skips nothing: {s:#?}"
+    );
     let saved: Record =
         serde_json::from_slice(&fleet.stored.lock().unwrap().clone().unwrap()).expect("a record");
     assert_eq!(
