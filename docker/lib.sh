@@ -38,3 +38,16 @@ find_compose() {
   fi
   echo "compose: ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null || "${COMPOSE[@]}" version | head -n 1))"
 }
+
+# test_pace FILE: the canary of a copied example config at test pace. The
+# examples keep a pace a user can watch (analysis every 5s, 10s metric
+# windows); a test needs the same steps, not the same seconds: analysis every
+# 2s, 4s windows. A check right after a step counts the canary requests of
+# one interval at the new weight: with the tests' 50 requests a second that is
+# about 25 at 25 %, over the examples' minRequests of 10 (fewer than 10 of a
+# Poisson 25: p ≈ 1e-4).
+test_pace() {
+  sed -i -e 's/^      interval: 5s$/      interval: 2s/' -e 's/^          interval: 10s$/          interval: 4s/' "$1"
+  grep -q '^      interval: 2s$' "$1" || { echo "test_pace: no 'interval: 5s' analysis in $1" >&2; return 1; }
+  info "test pace in $(basename "$1"): analysis every 2s, 4s metric windows"
+}

@@ -163,9 +163,10 @@ sample() {
 tally() { sort "$1" | uniq -c | sed 's/^ */      /'; }
 only() { [[ -s $1 ]] && ! grep -qvx "$2" "$1"; }
 
-# start_load FILE / stop_load: 20 rps through the proxy, one status per line.
+# start_load FILE / stop_load: 50 rps through the proxy (test_pace in lib.sh says
+# why), one status per line.
 start_load() {
-  curl -s -o /dev/null --rate 20/s --max-time 600 -w '%{stderr}%{http_code} %header{x-weir-version}\n' \
+  curl -s -o /dev/null --rate 50/s --max-time 600 -w '%{stderr}%{http_code} %header{x-weir-version}\n' \
     "http://127.0.0.1:$http_port/load?i=[1-12000]" 2>"$1" &
   load_pid=$!
 }
@@ -245,6 +246,11 @@ ok
 
 step "validate the labelled configs inside the image"
 cp "$here/config/ingress-labels.yaml" "$here/config/sidecar-labels.yaml" "$tmp/config/"
+test_pace "$tmp/config/ingress-labels.yaml"
+# The stalled release is rolled back at the slot's progressDeadline: 15s
+# here, 30s in the example.
+sed -i 's/progressDeadline: 30s/progressDeadline: 15s/' "$tmp/config/ingress-labels.yaml"
+grep -q 'progressDeadline: 15s' "$tmp/config/ingress-labels.yaml" || fail "no progressDeadline: 30s in ingress-labels.yaml"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/config/admin-token"
 chmod 0644 "$tmp/config/admin-token" "$tmp/config/"*.yaml
 token=$(cat "$tmp/config/admin-token")
@@ -326,7 +332,7 @@ out=$(APP_BLUE_VERSION=v3 APP_BLUE_HEALTH_PORT=9999 ingress up -d app-blue 2>&1)
   fail "up -d app-blue failed: $out"
 info "APP_BLUE_VERSION=v3 (HEALTHCHECK never passes) ${COMPOSE[*]} up -d app-blue"
 # The new revision starts a run at once; it waits for the slot, whose rolling
-# update stalls after its progressDeadline (30s): the run is rolled back.
+# update stalls after its progressDeadline (15s here): the run is rolled back.
 run_canary Failed 180
 [[ $REVISION == v3 ]] || fail "the failed run's revision is '$REVISION', expected v3"
 [[ $WEIGHT == 0 ]] || fail "canaryWeight is $WEIGHT after the rollback"

@@ -22,8 +22,8 @@
 # Needs: docker (Engine and Compose v2 `docker compose` or v1 `docker-compose`),
 # curl >= 7.84, jq or python3, a Rust toolchain (for the build).
 # Environment: WEIR_IMAGE (default weir:dev), WEIR_SKIP_BUILD=1 (use the image
-# as it is), WEIR_SKIP_CARGO=1 (build the image from the binary already in
-# target/docker), KEEP_LOGS=DIR (copy the stacks' logs there).
+# as it is), WEIR_SKIP_CARGO=1 (build the image from the static binary
+# already built by packaging/static-binary.sh), KEEP_LOGS=DIR (copy the stacks' logs there).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -185,10 +185,11 @@ rf() { jget ".route.$1" ".$1" <<<"$ROUTE"; }
 rf_weight() { local w; w=$(rf canaryWeight); echo "${w:-0}"; }
 
 # Traffic during a run: the analysis needs requests in each window (no
-# traffic is a failed check). 20 rps, bounded in count and time.
+# traffic is a failed check). 50 rps (test_pace in lib.sh says why), bounded
+# in count: 6000 requests, two minutes.
 start_load() {
   # -w to stderr: unbuffered, so the lines survive the kill in stop_load.
-  curl -s -o /dev/null --rate 20/s --max-time 300 -w '%{stderr}%{http_code}\n' \
+  curl -s -o /dev/null --rate 50/s --max-time 300 -w '%{stderr}%{http_code}\n' \
     "http://127.0.0.1:$http_port/load?i=[1-6000]" 2>"$1" &
   load_pid=$!
 }
@@ -295,6 +296,7 @@ ok
 
 step "validate the configs inside the image"
 cp "$here/config/ingress.yaml" "$here/config/sidecar.yaml" "$tmp/config/"
+test_pace "$tmp/config/ingress.yaml"
 # A fresh admin token per run (the ingress API listens on 0.0.0.0 inside its
 # container, so weir requires one), readable by uid 65532.
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/config/admin-token"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds target/debian/weir_*.deb with cargo-deb and checks it the way a host would use it:
+# Builds weir_*.deb with cargo-deb from the static release binary of
+# packaging/static-binary.sh (the one the container image ships too) and checks it the way a host would use it:
 #   1. the package holds the binary, the conffile and the systemd unit;
 #   2. the binary is stripped, runs, and accepts the packaged config;
 #   3. `dpkg -i` into a throwaway root (an overlay of / in a private mount namespace, so
@@ -13,13 +14,17 @@ cd "$(dirname "$0")/.."
 step() { printf '\n== deb: %s\n' "$*"; }
 fail() { echo "deb: FAIL: $*" >&2; exit 1; }
 
+triple=$(rustc -vV | sed -n 's/^host: //p')
 if [[ ${1:-} != --no-build ]]; then
   if ! cargo deb --version >/dev/null 2>&1; then
     step "installing cargo-deb"
     cargo install cargo-deb --locked -q
   fi
-  step "cargo deb (release build, stripped)"
-  cargo deb -q
+  step "the static release binary (packaging/static-binary.sh), packaged by cargo deb"
+  # The image ships the same file (docker/build.sh): one release build for both.
+  # cargo-deb reads it from target/<triple>/release, where --target puts it.
+  packaging/static-binary.sh >/dev/null
+  cargo deb -q --no-build --target "$triple"
 fi
 deb=$(ls -t target/debian/weir_*.deb 2>/dev/null | head -1)
 [[ -n $deb ]] || fail "no target/debian/weir_*.deb"
