@@ -22,6 +22,14 @@
 //!
 //! The process exits 0 only when the outcome is the expected one.
 //!
+//! The checks need traffic, and a busy or slow machine sends less of it per second. So
+//! that such a machine slows the demo down instead of failing it for "not enough
+//! traffic", every scenario whose canary gets client traffic during the analysis has a
+//! `rollout` webhook, the traffic gate: it is called at each analysed tick before the
+//! metrics and answers once the proxy's own stats show the judged role (the canary, or
+//! the shadow copies while the run mirrors) has answered the checks' `minRequests` in
+//! their window (`traffic_gate`). On a machine that keeps up it answers at once.
+//!
 //! [`HookServer`] (`hooks`) and [`CookieJar`] (`jar`) stay in the library, not in test
 //! support: the demo needs them at run time (the blue/green acceptance webhook, the
 //! affinity scenario's browsers), and the end-to-end tests reuse them rather than keep
@@ -31,15 +39,17 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::app::RunningApp;
+use crate::dataplane::store::TableStore;
 use crate::echo::{EchoHandle, EchoOptions};
-use crate::rollout::{Phase, RolloutEvent};
+use crate::proxy::service::ProxyShared;
+use crate::rollout::{Engine, Phase, RolloutEvent};
 
 mod hooks;
 mod jar;
@@ -99,35 +109,55 @@ impl Scenario {
     }
 
     /// The `analysis:` block (and canary fields) of the scenario; `hook` is the
-    /// acceptance-test receiver's base URL.
+    /// webhook receiver's base URL (the acceptance test and the traffic gate).
     fn canary_yaml(self, hook: &str) -> String {
-        let metrics = |min_requests: u32| {
+        let metrics = |min_requests: u64| {
             format!(
-                "      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 3s\n          minRequests: {min_requests}\n        - name: request-duration\n          thresholdRange: {{ max: 500 }}\n          interval: 3s\n          minRequests: {min_requests}\n"
+                "      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: {CHECK_WINDOW_SECS}s\n          minRequests: {min_requests}\n        - name: request-duration\n          thresholdRange: {{ max: 500 }}\n          interval: {CHECK_WINDOW_SECS}s\n          minRequests: {min_requests}\n"
             )
         };
+        // Blue/green without mirroring sends the canary no client traffic until the
+        // cut-over: its checks take no minimum, and a gate would wait for nothing.
+        let gated = format!(
+            "      webhooks:\n        - name: traffic-gate\n          type: rollout\n          url: {hook}/traffic\n          timeout: {}s\n{}",
+            GATE_LIMIT.as_secs() + 5,
+            metrics(MIN_REQUESTS)
+        );
         let analysis = match self {
             Scenario::Promote | Scenario::Rollback => {
-                "      stepWeight: 20\n      maxWeight: 60\n".to_string() + &metrics(10)
+                "      stepWeight: 20\n      maxWeight: 60\n".to_string() + &gated
             }
             Scenario::Ab => "      iterations: 4\n      match:\n        - headers: { x-canary: { exact: insider } }\n"
-                .to_string() + &metrics(10),
+                .to_string() + &gated,
             Scenario::Bluegreen => format!(
                 "      iterations: 3\n      webhooks:\n        - name: acceptance-test\n          type: pre-rollout\n          url: {hook}/acceptance\n          timeout: 5s\n{}",
                 metrics(0)
             ),
             Scenario::Mirror => {
                 "      iterations: 3\n      mirror: true\n      mirrorWeight: 100\n".to_string()
-                    + &metrics(10)
+                    + &gated
             }
             Scenario::Affinity => "      stepWeight: 25\n      maxWeight: 50\n      sessionAffinity:\n        cookieName: weir-canary\n        primaryCookieName: weir-primary\n        maxAge: 600\n"
-                .to_string() + &metrics(10),
+                .to_string() + &gated,
         };
         format!(
             "canaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 1s\n      threshold: 2\n{analysis}"
         )
     }
 }
+
+/// The window of the demo's checks, in seconds. Longer than the 1 s between ticks, so
+/// the first check after a step already sees a few seconds of the canary's traffic; the
+/// traffic gate needs the checks' minimum in all but the oldest of these seconds, which
+/// a machine answering 15 requests per second gives a 20 % canary.
+const CHECK_WINDOW_SECS: u64 = 5;
+
+/// Requests of the judged role each check needs in its window.
+const MIN_REQUESTS: u64 = 10;
+
+/// How long the traffic gate waits for them before it lets the checks decide (they then
+/// fail for "not enough traffic", as they would without the gate).
+const GATE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The YAML of the demo's weir: two slots on `v1_addr`, the route and the canary.
 pub fn demo_config(scenario: Scenario, v1_addr: SocketAddr, hook: &str) -> String {
@@ -144,21 +174,81 @@ async fn start_app(yaml: &str) -> Result<RunningApp, String> {
     crate::app::start(cfg).await
 }
 
-/// The acceptance test of the blue/green scenario: GET the idle slot's backend directly.
-fn acceptance_handler(v2: SocketAddr) -> HookHandler {
-    Arc::new(move |_path, _payload| {
+/// What the traffic gate reads, set once the app has started (the app's config needs
+/// the webhook receiver's URL first).
+struct Probe {
+    store: Arc<TableStore>,
+    shared: Arc<ProxyShared>,
+    engine: Arc<Engine>,
+}
+
+/// The demo's webhooks: `/acceptance`, the blue/green scenario's acceptance test, and
+/// `/traffic`, the traffic gate.
+fn hook_handler(v2: SocketAddr, probe: Arc<OnceLock<Probe>>) -> HookHandler {
+    Arc::new(move |path, _payload| {
+        let probe = probe.clone();
         Box::pin(async move {
-            let client = crate::rollout::http::HttpClient::new();
-            match client
-                .get(&format!("http://{v2}/version"), &[], Duration::from_secs(2))
-                .await
-            {
-                Ok(r) if r.status == 200 => (200, "acceptance tests passed".to_string()),
-                Ok(r) => (500, format!("acceptance tests failed: HTTP {}", r.status)),
-                Err(e) => (500, format!("acceptance tests failed: {e}")),
+            if path == "/traffic" {
+                return traffic_gate(&probe).await;
             }
+            acceptance_test(v2).await
         })
     })
+}
+
+/// The acceptance test of the blue/green scenario: GET the idle slot's backend directly.
+async fn acceptance_test(v2: SocketAddr) -> (u16, String) {
+    let client = crate::rollout::http::HttpClient::new();
+    match client
+        .get(&format!("http://{v2}/version"), &[], Duration::from_secs(2))
+        .await
+    {
+        Ok(r) if r.status == 200 => (200, "acceptance tests passed".to_string()),
+        Ok(r) => (500, format!("acceptance tests failed: HTTP {}", r.status)),
+        Err(e) => (500, format!("acceptance tests failed: {e}")),
+    }
+}
+
+/// The traffic gate (a `rollout` webhook, called before the metrics of every analysed
+/// tick): answers once the judged role has [`MIN_REQUESTS`] requests in the check
+/// window without its oldest second, so the check, which reads the window right after,
+/// finds them there even if a second boundary passes in between. Always passes: after
+/// [`GATE_LIMIT`] the checks judge what there is.
+async fn traffic_gate(probe: &OnceLock<Probe>) -> (u16, String) {
+    let Some(p) = probe.get() else {
+        return (200, "no proxy to wait for".to_string());
+    };
+    let deadline = tokio::time::Instant::now() + GATE_LIMIT;
+    loop {
+        let (role, n) = judged_requests(p);
+        if n >= MIN_REQUESTS {
+            return (200, format!("{n} {role} requests to judge"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return (
+                200,
+                format!("only {n} {role} requests after {GATE_LIMIT:?}"),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The role the checks judge now (the shadow copies while the run mirrors, as the
+/// engine's built-in metrics do) and its requests in the gate's part of the window.
+fn judged_requests(p: &Probe) -> (crate::stats::Role, u64) {
+    let mirroring = p.engine.status("app").is_some_and(|s| s.mirror);
+    let role = if mirroring {
+        crate::stats::Role::Mirror
+    } else {
+        crate::stats::Role::Canary
+    };
+    let now = p.shared.now_sec(Instant::now());
+    let n = p
+        .store
+        .route_stats("app")
+        .map_or(0, |s| s.snapshot(role, now, CHECK_WINDOW_SECS - 1).requests);
+    (role, n)
 }
 
 /// Runs one scenario, printing it live; `Ok(true)` when the outcome is the expected one.
@@ -180,10 +270,16 @@ pub async fn run_with(scenario: Scenario, hold: bool) -> Result<bool, String> {
         },
     )
     .await?;
-    let hooks = HookServer::spawn_with(acceptance_handler(v2.addr))
+    let probe = Arc::new(OnceLock::new());
+    let hooks = HookServer::spawn_with(hook_handler(v2.addr, probe.clone()))
         .await
         .map_err(|e| format!("cannot start the webhook receiver: {e}"))?;
     let app = start_app(&demo_config(scenario, v1.addr, &hooks.url(""))).await?;
+    let _ = probe.set(Probe {
+        store: app.store.clone(),
+        shared: app.shared.clone(),
+        engine: app.engine.clone(),
+    });
     let engine = app.engine.clone();
     let proxy = app.proxy_addr();
     println!(
@@ -203,7 +299,13 @@ pub async fn run_with(scenario: Scenario, hold: bool) -> Result<bool, String> {
     let mut events = engine.subscribe();
     // Events before the subscription (initialisation) are in the status ring.
     let mut backlog: Vec<RolloutEvent> = engine.status("app").map(|s| s.events).unwrap_or_default();
-    let workers = spawn_traffic(scenario, proxy, seen.clone(), flags.clone());
+    let workers = spawn_traffic(
+        scenario,
+        proxy,
+        app.store.clone(),
+        seen.clone(),
+        flags.clone(),
+    );
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(55);
     let mut deployed = false;

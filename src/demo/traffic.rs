@@ -72,25 +72,23 @@ impl Seen {
     }
 }
 
-/// Where the run is, as the workers need it (set from the event stream, which is
-/// published before the route writes of the same step, so it is never late).
+/// Where the run is, as the workers need it, set from the event stream. A step's events
+/// are published after its route writes, so a flag can lag the traffic by that much:
+/// it only bounds promises whose traffic change comes a tick after the event that ends
+/// them (an A/B run ends at Promoting, the swap comes with Finalising). The blue/green
+/// cut-over, written in the very step of its event, is read from the route table
+/// instead ([`clients_reach_green`]).
 #[derive(Default)]
 pub(super) struct RunFlags {
     /// Between `Started` and the end of the analysis (A/B: Promoting; affinity: the end
     /// of the run).
     pub(super) analysing: AtomicBool,
-    /// Between `Started` and the first event with canary weight > 0 (blue/green).
-    pub(super) before_cutover: AtomicBool,
 }
 
 pub(super) fn apply_event_flags(scenario: Scenario, flags: &RunFlags, e: &RolloutEvent) {
     if e.reason == "Started" {
         flags.analysing.store(true, Ordering::SeqCst);
-        flags.before_cutover.store(true, Ordering::SeqCst);
         return;
-    }
-    if e.canary_weight > 0 {
-        flags.before_cutover.store(false, Ordering::SeqCst);
     }
     let ends = match scenario {
         Scenario::Ab => matches!(
@@ -101,23 +99,41 @@ pub(super) fn apply_event_flags(scenario: Scenario, flags: &RunFlags, e: &Rollou
     };
     if ends {
         flags.analysing.store(false, Ordering::SeqCst);
-        flags.before_cutover.store(false, Ordering::SeqCst);
     }
 }
 
+/// Whether the route table sends clients to the `app-green` slot (where v2 is
+/// deployed): as its primary, or as a canary with a weight. Read on both sides of a
+/// request, it tells whether a client could have been sent there.
+fn clients_reach_green(store: &TableStore) -> bool {
+    let snap = store.load();
+    snap.spec
+        .raw
+        .routes
+        .iter()
+        .find(|r| r.name == "app")
+        .is_some_and(|r| {
+            r.primary == "app-green"
+                || (r.canary.as_deref() == Some("app-green") && r.canary_weight.unwrap_or(0) > 0)
+        })
+}
+
 /// The demo's client for one worker: an insider on the A/B run, cookie jars for the
-/// affinity run, and the promise checks against what the run flags say.
+/// affinity run, and the promise checks against the run flags or the route table.
 struct DemoWorker {
     scenario: Scenario,
     worker: usize,
     insider: bool,
     seen: Arc<Seen>,
     flags: Arc<RunFlags>,
+    /// The proxy's table, for the blue/green promise.
+    store: Arc<TableStore>,
     jars: Vec<CookieJar>,
     last: Vec<Option<String>>,
     /// The flags read just before the request, for the checks after it.
     analysing: bool,
-    before_cutover: bool,
+    /// Whether clients could reach the green slot just before the request.
+    green_open: bool,
     user: usize,
 }
 
@@ -136,7 +152,9 @@ impl Worker for DemoWorker {
             }
         }
         self.analysing = self.flags.analysing.load(Ordering::SeqCst);
-        self.before_cutover = self.flags.before_cutover.load(Ordering::SeqCst);
+        if matches!(self.scenario, Scenario::Bluegreen | Scenario::Mirror) {
+            self.green_open = clients_reach_green(&self.store);
+        }
         headers
     }
 
@@ -156,8 +174,7 @@ impl Worker for DemoWorker {
         } else {
             seen.v1.fetch_add(1, Ordering::Relaxed);
         }
-        let (analysing, before_cutover, insider) =
-            (self.analysing, self.before_cutover, self.insider);
+        let (analysing, insider) = (self.analysing, self.insider);
         match self.scenario {
             Scenario::Ab if analysing && flags.analysing.load(Ordering::SeqCst) => {
                 if insider && on_v2 {
@@ -169,7 +186,7 @@ impl Worker for DemoWorker {
                 }
             }
             Scenario::Bluegreen | Scenario::Mirror
-                if before_cutover && flags.before_cutover.load(Ordering::SeqCst) && on_v2 =>
+                if on_v2 && !self.green_open && !clients_reach_green(&self.store) =>
             {
                 seen.violate("a client reached v2 before the cutover".into());
             }
@@ -195,6 +212,7 @@ impl Worker for DemoWorker {
 pub(super) fn spawn_traffic(
     scenario: Scenario,
     proxy: SocketAddr,
+    store: Arc<TableStore>,
     seen: Arc<Seen>,
     flags: Arc<RunFlags>,
 ) -> Traffic {
@@ -209,10 +227,11 @@ pub(super) fn spawn_traffic(
         insider: scenario == Scenario::Ab && w == 0,
         seen: seen.clone(),
         flags: flags.clone(),
+        store: store.clone(),
         jars: vec![CookieJar::default(); USERS_PER_WORKER],
         last: vec![None; USERS_PER_WORKER],
         analysing: false,
-        before_cutover: false,
+        green_open: false,
         user: 0,
     })
 }

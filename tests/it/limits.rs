@@ -240,10 +240,54 @@ async fn a_stalled_response_body_is_cut_after_the_idle_timeout() {
     still_serves(app.proxy_addr()).await;
 }
 
-// On paused time: the wait below ends only once every task (the accept loop, the
-// connection tasks, the waiting client) has run out of work, so "not served" means the
-// proxy had every chance to serve it, whatever the machine's load.
-#[tokio::test(start_paused = true)]
+/// Connections waiting in the kernel's accept queue of the socket listening on `addr`:
+/// Linux shows a listening socket's queue as its `rx_queue` in /proc/net/tcp (`ss -lnt`
+/// calls it Recv-Q). A connection counted there has finished its handshake and has not
+/// been taken by `accept`. `None`: no such listening socket.
+fn accept_queue(addr: SocketAddr) -> Option<u64> {
+    let (table, local) = match addr {
+        SocketAddr::V4(a) => (
+            "/proc/net/tcp",
+            // The kernel prints the address as the native-endian integer of its bytes.
+            format!(
+                "{:08X}:{:04X}",
+                u32::from_ne_bytes(a.ip().octets()),
+                a.port()
+            ),
+        ),
+        SocketAddr::V6(a) => {
+            let ip: String = a
+                .ip()
+                .octets()
+                .chunks(4)
+                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                .collect();
+            ("/proc/net/tcp6", format!("{ip}:{:04X}", a.port()))
+        }
+    };
+    let text = std::fs::read_to_string(table)
+        .unwrap_or_else(|e| panic!("{table} (the accept queue is read from Linux's /proc): {e}"));
+    const LISTEN: &str = "0A";
+    text.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx_queue:rx_queue …
+        if f.len() < 5 || f[1] != local || f[3] != LISTEN {
+            return None;
+        }
+        let rx = f[4].split(':').nth(1)?;
+        u64::from_str_radix(rx, 16).ok()
+    })
+}
+
+// "Not served" is proven on the kernel's side rather than by waiting a while: the third
+// connection is seen complete and sitting in the listen backlog; then the proxy serves
+// the two open connections, which takes its runtime through the readiness events that
+// would have woken an accept, and the third is still there, un-accepted.
+#[tokio::test]
+#[cfg_attr(
+    not(target_os = "linux"),
+    ignore = "reads the accept queue from Linux's /proc/net/tcp"
+)]
 async fn connections_over_the_limit_wait_and_open_ones_are_unaffected() {
     let backend = echo().await;
     let app = start(&one_route(backend.addr, "", "  maxConnections: 2\n")).await;
@@ -258,6 +302,11 @@ async fn connections_over_the_limit_wait_and_open_ones_are_unaffected() {
             200
         );
     }
+    assert_eq!(
+        accept_queue(addr),
+        Some(0),
+        "both connections were accepted"
+    );
     // The third connection is accepted by the kernel but not by the proxy.
     let third = tokio::spawn(async move {
         let mut c3 = h1::<_, Full<Bytes>>(TcpStream::connect(addr).await.unwrap()).await;
@@ -265,11 +314,19 @@ async fn connections_over_the_limit_wait_and_open_ones_are_unaffected() {
             .await
             .status
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !third.is_finished(),
-        "a third connection was served over maxConnections: 2"
-    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while accept_queue(addr) != Some(1) {
+        assert!(
+            !third.is_finished(),
+            "a third connection was served over maxConnections: 2"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the third connection never reached the listen backlog: {:?}",
+            accept_queue(addr)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // The open connections keep working meanwhile.
     for c in [&mut c1, &mut c2] {
         assert_eq!(
@@ -279,6 +336,15 @@ async fn connections_over_the_limit_wait_and_open_ones_are_unaffected() {
             200
         );
     }
+    assert_eq!(
+        accept_queue(addr),
+        Some(1),
+        "the third connection left the backlog while two were open"
+    );
+    assert!(
+        !third.is_finished(),
+        "a third connection was served over maxConnections: 2"
+    );
     // Closing one lets the waiting client in.
     drop(c1);
     let status = tokio::time::timeout(PATIENCE, third)
@@ -286,6 +352,8 @@ async fn connections_over_the_limit_wait_and_open_ones_are_unaffected() {
         .expect("the waiting connection was served after one closed")
         .unwrap();
     assert_eq!(status, 200);
+    assert_eq!(accept_queue(addr), Some(0));
+    assert_eq!(backend.requests.load(Ordering::Relaxed), 5);
 }
 
 #[tokio::test]
