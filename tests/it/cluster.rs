@@ -249,6 +249,18 @@ impl Sampler {
         }
     }
 
+    /// Waits until the sampler has looked more than `n` times: on a loaded machine
+    /// its 2 ms period stretches, so a short transition may otherwise end with only a
+    /// few samples taken.
+    async fn sampled_more_than(&self, n: u64) {
+        let samples = self.samples.clone();
+        assert!(
+            eventually(SLACK, || samples.load(Ordering::Relaxed) > n).await,
+            "the sampler took {} samples in {SLACK:?}",
+            self.samples.load(Ordering::Relaxed)
+        );
+    }
+
     async fn finish(self) -> (Vec<String>, u64) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.task.await;
@@ -456,6 +468,7 @@ async fn joining_replica_redistributes_without_double_ownership() {
             );
         }
     }
+    sampler_c.sampled_more_than(10).await;
     let (v1, _) = sampler.finish().await;
     let (v2, n) = sampler_c.finish().await;
     assert!(v1.is_empty() && v2.is_empty(), "{v1:?} {v2:?}");
