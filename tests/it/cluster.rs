@@ -637,7 +637,6 @@ async fn expired_lease_drops_everything_and_rejoins_with_new_tokens() {
 use crate::support;
 
 use std::net::SocketAddr;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir::app::RunningApp;
 use weir::rollout::driver::FOLLOWER_REFRESH;
 use weir::rollout::{CanaryStatus, Phase};
@@ -687,8 +686,8 @@ fn replica_yaml(
     y.push_str("canaries:\n");
     for c in canary_names() {
         y.push_str(&format!(
-            "  - name: {c}\n    route: {c}\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 1m\n          minRequests: {MIN_REQUESTS}\n      webhooks:\n        - name: traffic\n          type: rollout\n          url: http://{}/{c}\n          timeout: 30s\n",
-            hook.addr
+            "  - name: {c}\n    route: {c}\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 1m\n          minRequests: {MIN_REQUESTS}\n      webhooks:\n        - name: traffic\n          type: rollout\n          url: {}\n          timeout: 30s\n",
+            hook.server.url(&format!("/{c}"))
         ));
     }
     y
@@ -839,33 +838,33 @@ struct Sent {
 /// runs. A replica is a data plane of the owner whenever it can route to the canary:
 /// only the owner re-asserts a run's weight on a replica, and only on its own fleet.
 struct TrafficHook {
-    addr: SocketAddr,
+    /// The receiver ([`weir::demo::HookServer`], stopped when dropped).
+    server: weir::demo::HookServer,
     /// The proxies to send through, by replica name.
     proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>>,
     /// What was sent through each replica.
     sent: Arc<Mutex<BTreeMap<String, Sent>>>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl TrafficHook {
     async fn start() -> TrafficHook {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the hook");
-        let addr = l.local_addr().expect("hook address");
         let proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>> = Arc::default();
         let sent: Arc<Mutex<BTreeMap<String, Sent>>> = Arc::default();
         let (p, s) = (proxies.clone(), sent.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((conn, _)) = l.accept().await {
-                tokio::spawn(TrafficHook::answer(conn, p.clone(), s.clone()));
-            }
+        let handler: weir::demo::HookHandler = Arc::new(move |path, _payload| {
+            let (p, s) = (p.clone(), s.clone());
+            Box::pin(async move {
+                TrafficHook::send_batch(path.trim_start_matches('/'), &p, &s).await;
+                (200, String::new())
+            })
         });
+        let server = weir::demo::HookServer::spawn_with(handler)
+            .await
+            .expect("start the hook");
         TrafficHook {
-            addr,
+            server,
             proxies,
             sent,
-            task,
         }
     }
 
@@ -892,33 +891,13 @@ impl TrafficHook {
             .unwrap_or_default()
     }
 
-    /// One hook call (the engine's client gets `Connection: close`: one call per
-    /// connection).
-    async fn answer(
-        mut conn: tokio::net::TcpStream,
-        proxies: Arc<Mutex<BTreeMap<String, SocketAddr>>>,
-        sent: Arc<Mutex<BTreeMap<String, Sent>>>,
+    /// One hook call for `canary`: requests to `canary.test` through the live
+    /// replicas in turn until [`MIN_REQUESTS`] were answered by the canary slot.
+    async fn send_batch(
+        canary: &str,
+        proxies: &Mutex<BTreeMap<String, SocketAddr>>,
+        sent: &Mutex<BTreeMap<String, Sent>>,
     ) {
-        let mut buf = Vec::new();
-        let Some(head) = support::read_head(&mut conn, &mut buf).await else {
-            return;
-        };
-        let len: usize = support::header(&head, "content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        while buf.len() < len {
-            let mut chunk = [0u8; 4096];
-            match conn.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let canary = head
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("/")
-            .trim_start_matches('/')
-            .to_string();
         let through: Vec<(String, SocketAddr)> = proxies
             .lock()
             .unwrap()
@@ -942,15 +921,6 @@ impl TrafficHook {
                 Err(e) => tally.failures.push(format!("{canary}: {e}")),
             }
         }
-        let _ = conn
-            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            .await;
-    }
-}
-
-impl Drop for TrafficHook {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
