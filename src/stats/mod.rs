@@ -25,6 +25,7 @@
 
 pub mod compare;
 mod histogram;
+pub mod sequential;
 mod window;
 
 #[cfg(test)]
