@@ -53,6 +53,7 @@ pub use validate::{
     RateLimitPolicy, RetryOn, RetryPolicy, RoutePolicies, Secret, Severity, DEFAULT_ALERT_RETRIES,
     DEFAULT_ALERT_TIMEOUT, MAX_RETRY_ATTEMPTS,
 };
+pub use validate::{JudgeSpec, OnInconclusive, DEFAULT_MAX_HOLDS};
 
 use std::fmt;
 use std::path::Path;

@@ -731,6 +731,9 @@ pub struct RawMetric {
     /// The judge's settings, for `baseline-comparison` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compare: Option<RawCompare>,
+    /// The sequential judge (Pass, Fail or Inconclusive), for the built-ins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<RawJudge>,
     /// Measure, show and export the metric, but never count it as a failed check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<bool>,
@@ -761,6 +764,46 @@ pub struct RawCompare {
     /// The error-rate comparison.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errors: Option<RawAllowed>,
+}
+
+/// `judge:` of a built-in metric: the sequential test and what an Inconclusive check does.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawJudge {
+    /// The anytime-valid test (the only method): `{ alpha: 0.05 }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<RawSequential>,
+    /// The smallest regression worth catching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum_effect: Option<RawMinimumEffect>,
+    /// `hold` (default), `pause`, `rollback` or `promote`: applied once `maxHolds`
+    /// Inconclusive checks in a row have held the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_inconclusive: Option<String>,
+    /// Inconclusive checks in a row that only hold (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_holds: Option<i64>,
+}
+
+/// `judge.sequential`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSequential {
+    /// Bound on the probability of failing a canary that is not worse (default 0.05).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpha: Option<f64>,
+}
+
+/// `judge.minimumEffect`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawMinimumEffect {
+    /// Percentage points of failed requests (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<f64>,
+    /// Ratio of latencies (default 1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<f64>,
 }
 
 /// How much worse the canary may be before it is High.

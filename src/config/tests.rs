@@ -482,3 +482,82 @@ fn baseline_comparison_and_dry_run_compile_and_bad_settings_name_their_field() {
     );
     assert!(errors(&typo).to_string().contains("confidance"));
 }
+
+#[test]
+fn a_judge_compiles_with_defaults_and_its_baseline_and_bad_settings_name_their_field() {
+    use crate::config::{OnInconclusive, DEFAULT_MAX_HOLDS};
+    use crate::stats::sequential::Baseline;
+    let yaml = with_canary(
+        r#"      stepWeight: 10
+      metrics:
+        - name: baseline-comparison
+          minRequests: 20
+          judge:
+            sequential: { alpha: 0.01 }
+            minimumEffect: { errors: 2.0, latency: 1.25 }
+            onInconclusive: rollback
+            maxHolds: 3
+        - { name: request-success-rate, thresholdRange: { min: 99 }, judge: {} }
+        - { name: request-duration, judge: {} }
+"#,
+    );
+    let c = parse_yaml(&yaml, "t.yaml", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    let m = &c.canaries[0].analysis.metrics;
+    let j = m[0].judge.expect("a judge");
+    assert_eq!(j.params.alpha, 0.01);
+    assert_eq!(j.params.min_errors_pp, 2.0);
+    assert_eq!(j.params.min_latency_ratio, 1.25);
+    assert_eq!(j.params.min_requests, 20);
+    assert_eq!(
+        (j.on_inconclusive, j.max_holds),
+        (OnInconclusive::Rollback, 3)
+    );
+    assert_eq!(j.baseline, Baseline::Primary);
+    let j = m[1].judge.expect("a judge");
+    assert_eq!(j.baseline, Baseline::Threshold(99.0));
+    assert_eq!(
+        (j.on_inconclusive, j.max_holds),
+        (OnInconclusive::Hold, DEFAULT_MAX_HOLDS)
+    );
+    assert_eq!(j.params.alpha, 0.05);
+    // No thresholdRange: judged against the primary.
+    assert_eq!(m[2].judge.map(|j| j.baseline), Some(Baseline::Primary));
+    let bad = with_canary(
+        r#"      metrics:
+        - name: baseline-comparison
+          thresholdRange: { min: 95 }
+          compare: { confidence: 0.9 }
+          judge:
+            sequential: { alpha: 0.7 }
+            minimumEffect: { errors: 0, latency: 0.9 }
+            onInconclusive: wait
+            maxHolds: -1
+        - { name: request-success-rate, thresholdRange: { max: 99 }, judge: {} }
+        - { name: request-duration, thresholdRange: { min: 1 }, judge: {} }
+        - { name: custom, query: "up", prometheusUrl: "http://127.0.0.1:9090", thresholdRange: { min: 1 }, judge: {} }
+"#,
+    );
+    let e = errors(&bad);
+    let paths: Vec<&str> = e.errors.iter().map(|x| x.path.as_str()).collect();
+    let p = "canaries[0].analysis.metrics[0]";
+    for field in [
+        format!("{p}.thresholdRange"),
+        format!("{p}.compare"),
+        format!("{p}.judge.sequential.alpha"),
+        format!("{p}.judge.minimumEffect.errors"),
+        format!("{p}.judge.minimumEffect.latency"),
+        format!("{p}.judge.onInconclusive"),
+        format!("{p}.judge.maxHolds"),
+        "canaries[0].analysis.metrics[1].thresholdRange.max".to_string(),
+        "canaries[0].analysis.metrics[2].thresholdRange.min".to_string(),
+        "canaries[0].analysis.metrics[3].judge".to_string(),
+    ] {
+        assert!(
+            paths.contains(&field.as_str()),
+            "missing {field} in {paths:?}"
+        );
+    }
+    // Without a judge a metric still needs its thresholdRange.
+    let bare = with_canary("      metrics: [{ name: request-duration }]\n");
+    assert!(errors(&bare).to_string().contains("thresholdRange"));
+}

@@ -480,6 +480,7 @@ mod tests {
                 reason: j.describe(),
                 dry_run: true,
                 judgement: Some(j),
+                ..Default::default()
             });
         let detail = canary_detail(&c);
         assert!(detail.contains("would fail (dry run)"), "{detail}");

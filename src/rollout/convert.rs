@@ -100,6 +100,7 @@ pub fn canary_def(cfg: &CanaryConfig) -> CanaryDef {
             max: m.max,
             interval_ms: ms(m.interval),
             dry_run: m.dry_run,
+            judge: m.judge,
         })
         .collect();
     let sources = a

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// The configuration's vocabulary, which the machine decides with.
-pub use crate::config::{HookKind, Promotion};
+pub use crate::config::{HookKind, JudgeSpec, OnInconclusive, Promotion};
 
 /// Flagger's total weight: weights are percentages of traffic.
 pub const TOTAL_WEIGHT: u8 = 100;
@@ -193,6 +193,9 @@ pub struct MetricSpec {
     /// `dryRun`: measured, shown and exported, never a failed check.
     #[serde(default)]
     pub dry_run: bool,
+    /// The sequential judge: its checks may be Inconclusive, which holds the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::config::JudgeSpec>,
 }
 
 impl MetricSpec {

@@ -98,6 +98,7 @@ mod tests {
             max: Some(1.0),
             interval_ms: 90_000,
             dry_run: false,
+            ..Default::default()
         };
         let v = vars(&def(), &m, &source(None));
         assert_eq!(

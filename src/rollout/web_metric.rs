@@ -59,7 +59,7 @@ pub async fn web_result(
                 passed: verdict.is_ok(),
                 reason: verdict.err().unwrap_or_else(|| "web metric ok".to_string()),
                 dry_run: metric.dry_run,
-                judgement: None,
+                ..MetricResult::default()
             }
         }
         Err(reason) => MetricResult {
@@ -68,7 +68,7 @@ pub async fn web_result(
             passed: false,
             reason: templates::label(source, &reason),
             dry_run: metric.dry_run,
-            judgement: None,
+            ..MetricResult::default()
         },
     }
 }

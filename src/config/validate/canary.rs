@@ -265,6 +265,8 @@ pub(super) fn validate_canaries(
                 }
             };
             match &m.threshold_range {
+                // A judge compares against the primary when no threshold is given.
+                None if m.judge.is_some() => {}
                 None => errs.push(format!("{mp}.thresholdRange"), "required (min and/or max)"),
                 Some(t) => {
                     if t.min.is_none() && t.max.is_none() {
@@ -282,21 +284,25 @@ pub(super) fn validate_canaries(
             }
             let kind = match (kind, &m.compare) {
                 (Some(MetricKind::BaselineComparison(_)), compare) => {
-                    if m.min_requests.is_some() {
+                    if m.min_requests.is_some() && m.judge.is_none() {
                         errs.push(
                             format!("{mp}.minRequests"),
                             "baseline-comparison counts requests per side: set compare.minRequests",
                         );
                     }
-                    if m.threshold_range.as_ref().is_some_and(|t| t.min.is_none()) {
+                    if m.judge.is_none()
+                        && m.threshold_range.as_ref().is_some_and(|t| t.min.is_none())
+                    {
                         errs.push(
                             format!("{mp}.thresholdRange.min"),
                             "baseline-comparison needs min: the pass score, 0..100",
                         );
                     }
                     let params = match compare {
-                        Some(c) => compile_compare(&format!("{mp}.compare"), c, errs),
-                        None => crate::stats::compare::CompareParams::DEFAULT,
+                        Some(c) if m.judge.is_none() => {
+                            compile_compare(&format!("{mp}.compare"), c, errs)
+                        }
+                        _ => crate::stats::compare::CompareParams::DEFAULT,
                     };
                     Some(MetricKind::BaselineComparison(params))
                 }
@@ -316,8 +322,15 @@ pub(super) fn validate_canaries(
                 1_000_000_000,
                 DEFAULT_MIN_REQUESTS as i64,
             );
+            let judge = super::judge::compile_judge(
+                &mp,
+                m,
+                small(min_requests, DEFAULT_MIN_REQUESTS),
+                errs,
+            );
             if let Some(kind) = kind {
                 metrics.push(CanaryMetric {
+                    judge,
                     name: m.name.clone(),
                     kind,
                     min: m.threshold_range.as_ref().and_then(|t| t.min),

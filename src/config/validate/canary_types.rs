@@ -149,6 +149,8 @@ pub struct CanaryMetric {
     /// Extra request headers to the provider (the template's `headers`: names and value
     /// templates).
     pub headers: Vec<(String, String)>,
+    /// The sequential judge (`judge:`), for the built-ins: Pass, Fail or Inconclusive.
+    pub judge: Option<super::judge::JudgeSpec>,
 }
 
 /// Where a metric's value comes from.

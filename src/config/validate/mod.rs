@@ -11,6 +11,7 @@ mod alerts;
 mod backends;
 mod canary;
 mod canary_types;
+mod judge;
 mod lint;
 mod listeners;
 mod policies;
@@ -31,6 +32,7 @@ pub use canary::{
     CanaryAnalysis, CanaryConfig, CanaryMatches, CanaryMetric, CanaryWebhook, HookKind, MetricKind,
     Promotion,
 };
+pub use judge::{JudgeSpec, OnInconclusive, DEFAULT_MAX_HOLDS};
 use listeners::*;
 use policies::*;
 pub use policies::{

@@ -25,6 +25,7 @@ fn alert(severity: Severity, reason: &str, message: &str) -> Alert {
                 reason: "91.50 < 99".into(),
                 dry_run: false,
                 judgement: None,
+                ..Default::default()
             },
             MetricResult {
                 name: "request-duration".into(),
@@ -33,6 +34,7 @@ fn alert(severity: Severity, reason: &str, message: &str) -> Alert {
                 reason: "12.00 <= 500".into(),
                 dry_run: false,
                 judgement: None,
+                ..Default::default()
             },
         ],
         checksum: "abc".into(),
@@ -152,6 +154,7 @@ fn long_messages_are_cut_to_each_services_limits() {
             reason: "r".repeat(2000),
             dry_run: false,
             judgement: None,
+            ..Default::default()
         })
         .collect();
     let slack = render(ProviderKind::Slack, "general", "weir", &a);

@@ -292,6 +292,17 @@ impl Runner {
                         }
                     }
                     self.set_dp_error(None);
+                    if let Some(why) = routes.first().and_then(|r| self.changed_outside(&r.route)) {
+                        // The checks count requests from now on: the traffic before was
+                        // not the run's.
+                        self.rec.state.measured_since_ms = Some(now);
+                        if why.starts_with("canary weight") {
+                            let msg = format!(
+                                "The route's {why}, outside the engine; checks count requests from now on"
+                            );
+                            self.driver_event("TrafficChanged", true, msg, now);
+                        }
+                    }
                     self.adopt_slots(&routes, now);
                     self.tick(&obs, now).await;
                 }
@@ -481,6 +492,28 @@ impl Runner {
         }
     }
 
+    /// What changed in the route outside the engine during an analysed run (another
+    /// backend in a role, or another canary weight), if anything: traffic the run's
+    /// checks must not count.
+    pub(super) fn changed_outside(&self, route: &crate::config::raw::RawRoute) -> Option<String> {
+        let st = &self.rec.state;
+        if !matches!(st.phase, Phase::Progressing | Phase::WaitingPromotion) {
+            return None;
+        }
+        if let Some(s) = &self.rec.slots {
+            if route.primary != s.primary || route.canary.as_deref() != Some(s.canary.as_str()) {
+                return Some("slots changed".to_string());
+            }
+        }
+        let weight = route.canary_weight.unwrap_or(0);
+        (weight != i64::from(st.canary_weight)).then(|| {
+            format!(
+                "canary weight was set to {weight} (the run had set {})",
+                st.canary_weight
+            )
+        })
+    }
+
     pub(super) fn payload(&self, phase: Phase) -> HookPayload {
         let st = &self.rec.state;
         let revision = st.pending_revision.clone().or_else(|| st.revision.clone());
@@ -605,10 +638,15 @@ impl Runner {
                     }
                 }
                 PlanStep::Metrics => {
+                    let now = self.clock.now_ms();
+                    let mut state = self.rec.state.clone();
+                    if self.changed_outside(route).is_some() {
+                        state.measured_since_ms = Some(now);
+                    }
                     let results =
-                        metrics::measure(&self.client, &self.def, &self.fleet, &self.rec.state)
-                            .await;
-                    let failed = results.iter().any(|r| !r.passed);
+                        metrics::measure(&self.client, &self.def, &self.fleet, &state, now).await;
+                    // A dry-run metric never halts the tick: the machine goes on past it.
+                    let failed = results.iter().any(|r| !r.passed && !r.dry_run);
                     obs.metrics = results;
                     if failed {
                         break;

@@ -66,6 +66,7 @@ fn facts_are_read_from_the_state() {
             reason: String::new(),
             dry_run: false,
             judgement: None,
+            ..Default::default()
         },
         MetricResult {
             name: "no-data".into(),
@@ -74,6 +75,7 @@ fn facts_are_read_from_the_state() {
             reason: "no values found".into(),
             dry_run: false,
             judgement: None,
+            ..Default::default()
         },
     ];
     let f = CanaryFacts::of(&def(), &st);
@@ -295,6 +297,7 @@ fn flagger_names_only_when_asked_with_flaggers_labels() {
         reason: String::new(),
         dry_run: false,
         judgement: None,
+        ..Default::default()
     }];
     let plain = RolloutMetrics::new(false);
     plain.update(&d, &st, true);
@@ -374,6 +377,7 @@ fn the_text_is_well_formed() {
         reason: String::new(),
         dry_run: false,
         judgement: None,
+        ..Default::default()
     }];
     m.update(&d, &st, true);
     let mut out = "weir_table_version 1".to_string();

@@ -47,7 +47,14 @@ impl Tick<'_> {
             }
             let failures = self.metric_failures();
             if !failures.is_empty() {
+                self.s.holds = 0;
                 return self.check_failed(failures.join("; "));
+            }
+            let held = self.inconclusive_metrics();
+            if held.is_empty() {
+                self.s.holds = 0;
+            } else if self.hold(held) {
+                return;
             }
         }
         match self.analysis().strategy() {

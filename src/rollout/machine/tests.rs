@@ -12,6 +12,8 @@ use super::*;
 
 /// A run on a canary slot that is still deploying.
 mod deploy;
+/// Checks that answer "not yet" (the sequential judge).
+mod inconclusive;
 
 const INTERVAL: u64 = 60_000;
 const START: u64 = 1_000_000;
@@ -23,6 +25,7 @@ fn metric(name: &str, min: Option<f64>, max: Option<f64>) -> MetricSpec {
         max,
         interval_ms: INTERVAL,
         dry_run: false,
+        ..Default::default()
     }
 }
 
@@ -71,6 +74,8 @@ struct World {
     /// Hook answers by name; by default every hook passes except rollback hooks.
     answers: BTreeMap<String, bool>,
     failing_metrics: BTreeSet<String>,
+    /// Metrics whose judge answers Inconclusive.
+    inconclusive_metrics: BTreeSet<String>,
     no_traffic: bool,
     /// A passing promote hook redeploys the primary at once (seen in the same tick).
     promote_redeploys: bool,
@@ -88,6 +93,7 @@ impl Default for World {
             primary_ready: true,
             answers: BTreeMap::new(),
             failing_metrics: BTreeSet::new(),
+            inconclusive_metrics: BTreeSet::new(),
             no_traffic: false,
             promote_redeploys: true,
             stop_at_halt: true,
@@ -242,6 +248,18 @@ impl Sim {
                 PlanStep::Metrics => {
                     let mut any_failed = false;
                     for m in &self.spec.analysis.metrics {
+                        if self.w.inconclusive_metrics.contains(&m.name) {
+                            any_failed = true;
+                            obs.metrics.push(MetricResult {
+                                name: m.name.clone(),
+                                inconclusive: true,
+                                evidence: Some(0.25),
+                                reason: "inconclusive: errors inconclusive, evidence 25%"
+                                    .to_string(),
+                                ..MetricResult::default()
+                            });
+                            continue;
+                        }
                         let failing = self.w.failing_metrics.contains(&m.name);
                         let value = if self.w.no_traffic {
                             None

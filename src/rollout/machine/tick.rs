@@ -172,6 +172,8 @@ impl<'a> Tick<'a> {
         for m in self.analysis().metrics.iter().filter(|m| !m.dry_run) {
             match self.obs.metrics.iter().find(|r| r.name == m.name) {
                 Some(r) if r.passed => {}
+                // Only a metric with a judge may answer "not yet".
+                Some(r) if r.inconclusive && m.judge.is_some() => {}
                 Some(r) => {
                     let value = r
                         .value
@@ -183,6 +185,77 @@ impl<'a> Tick<'a> {
             }
         }
         failures
+    }
+
+    /// The Inconclusive checks of this tick (metrics with a judge, not dry-run), in
+    /// spec order: each one's judge and its description.
+    pub(super) fn inconclusive_metrics(&self) -> Vec<(JudgeSpec, String)> {
+        self.analysis()
+            .metrics
+            .iter()
+            .filter(|m| !m.dry_run)
+            .filter_map(|m| {
+                let judge = m.judge?;
+                let r = self.obs.metrics.iter().find(|r| r.name == m.name)?;
+                (r.inconclusive && !r.passed).then(|| (judge, format!("{} {}", m.name, r.reason)))
+            })
+            .collect()
+    }
+
+    /// An Inconclusive check holds the step: no weight change, no failed check. After
+    /// `maxHolds` holds in a row the next one applies `onInconclusive` (the first
+    /// undecided metric's). True when the tick ends here; false when the check is
+    /// taken as passed (`promote`) and the run steps on.
+    pub(super) fn hold(&mut self, held: Vec<(JudgeSpec, String)>) -> bool {
+        let Some(judge) = held.first().map(|(j, _)| *j) else {
+            return false;
+        };
+        let what: Vec<String> = held.into_iter().map(|(_, d)| d).collect();
+        let what = what.join("; ");
+        self.s.holds = self.s.holds.saturating_add(1);
+        let max = judge.max_holds;
+        if self.s.holds <= max {
+            let msg = format!(
+                "Holding {} at {}: inconclusive {}/{max}: {what}",
+                self.rev(),
+                self.weights(),
+                self.s.holds
+            );
+            self.event(EventReason::Inconclusive, msg);
+            return true;
+        }
+        self.s.holds = 0;
+        match judge.on_inconclusive {
+            OnInconclusive::Hold | OnInconclusive::Pause => {
+                let msg = format!(
+                    "Inconclusive after {max} held checks, pausing {} at {}: {what}",
+                    self.rev(),
+                    self.weights()
+                );
+                self.event(EventReason::Inconclusive, msg);
+                self.s.paused = true;
+                let msg = format!(
+                    "Paused {} at {}: the judge could not decide in {max} held checks; resume to hold again, promote or abort",
+                    self.rev(),
+                    self.weights()
+                );
+                self.event(EventReason::Paused, msg);
+                true
+            }
+            OnInconclusive::Rollback => {
+                self.rollback(format!("inconclusive after {max} held checks ({what})"));
+                true
+            }
+            OnInconclusive::Promote => {
+                let msg = format!(
+                    "Inconclusive after {max} held checks, taken as passed (onInconclusive: promote) for {} at {}: {what}",
+                    self.rev(),
+                    self.weights()
+                );
+                self.event(EventReason::Inconclusive, msg);
+                false
+            }
+        }
     }
 
     /// A changed canary revision reported by the driver, if any; updates the baseline.
@@ -205,6 +278,8 @@ impl<'a> Tick<'a> {
 
     pub(super) fn reset_run(&mut self) {
         self.s.failed_checks = 0;
+        self.s.holds = 0;
+        self.s.measured_since_ms = None;
         self.s.iterations = 0;
         self.s.promote_hooks_done = false;
         self.s.promotion_wait_since_ms = None;

@@ -110,6 +110,13 @@ pub struct CanaryState {
     pub last_transition_ms: u64,
     /// When the current run started.
     pub started_at_ms: Option<u64>,
+    /// Where the built-in checks' windows start: the run's start, moved forward when the
+    /// backend in a role changed or an operator changed the traffic during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_since_ms: Option<u64>,
+    /// Inconclusive checks in a row (sequential judge); back to 0 on a decision.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub holds: u32,
     /// Start of the current wait of a webhook promotion (promote hooks, then primary
     /// readiness), measured against `progressDeadline`.
     pub promotion_wait_since_ms: Option<u64>,
@@ -121,7 +128,20 @@ pub struct CanaryState {
     pub message: String,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl CanaryState {
+    /// Where a check's window starts: the later of the run's start and the last
+    /// change of the traffic's holders; `None` outside a run.
+    pub fn window_start_ms(&self) -> Option<u64> {
+        match (self.started_at_ms, self.measured_since_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// A canary never stepped: the first tick initialises it.
     pub fn new() -> Self {
         Self::default()
@@ -269,6 +289,64 @@ pub struct MetricResult {
     /// The judge's classifications, estimates and intervals (`baseline-comparison`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub judgement: Option<crate::stats::compare::Judgement>,
+    /// Neither passed nor failed: the sequential judge needs more evidence. The step
+    /// is held; it is not a failed check (`passed` is false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inconclusive: bool,
+    /// 0..1: how much of the evidence a decision needs is in (sequential judge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<f64>,
+    /// The sequential judge's estimates and intervals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<crate::stats::sequential::Judgement>,
+    /// The requests the check judged (built-ins): this run's, since `since_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<CheckWindow>,
+}
+
+/// The traffic a built-in check judged: the current run's requests to the backend in
+/// each role, since the later of the run's start and the last change of who holds
+/// the role, and within the metric's interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CheckWindow {
+    /// Start of the window (ms since the Unix epoch).
+    pub since_ms: u64,
+    /// Its length in whole seconds.
+    pub secs: u64,
+    /// The judged role: `canary`, or `mirror` while traffic is mirrored.
+    pub role: String,
+    /// Requests of the judged role in the window.
+    pub requests: u64,
+    /// Requests of the primary in the window.
+    pub primary_requests: u64,
+}
+
+impl CheckWindow {
+    /// `120 canary requests since 12:00:05` (UTC).
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {} requests since {}",
+            self.requests,
+            self.role,
+            clock_of_day(self.since_ms)
+        )
+    }
+
+    /// Requests per second of the judged role over the window.
+    pub fn rate(&self) -> f64 {
+        if self.secs == 0 {
+            0.0
+        } else {
+            self.requests as f64 / self.secs as f64
+        }
+    }
+}
+
+/// `HH:MM:SS` (UTC) of a time in ms since the Unix epoch.
+pub fn clock_of_day(ms: u64) -> String {
+    let s = (ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
 }
 
 /// An operator's command, from the control API or `weir ctl`.
@@ -360,6 +438,9 @@ pub enum EventReason {
     WaitingPrimary,
     /// An analysed run waits for the canary slot's rolling update to finish.
     WaitingCanary,
+    /// A check was Inconclusive (the sequential judge needs more evidence): the step
+    /// is held, no failed check is counted.
+    Inconclusive,
     /// Promotion finished moving traffic.
     Finalising,
     /// The run succeeded.

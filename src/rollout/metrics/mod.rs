@@ -37,6 +37,10 @@ use super::{templates, web_metric};
 use crate::stats::compare::{self, CompareParams};
 use crate::stats::Role;
 
+mod judged;
+use super::machine::CheckWindow;
+pub use judged::{sequential_result, window_secs_since, with_window};
+
 /// Timeout of one Prometheus query.
 pub const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -106,6 +110,10 @@ pub fn builtin_result(
         return MetricResult {
             dry_run: metric.dry_run,
             judgement: None,
+            inconclusive: false,
+            evidence: None,
+            sequential: None,
+            window: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
@@ -124,6 +132,10 @@ pub fn builtin_result(
         return MetricResult {
             dry_run: metric.dry_run,
             judgement: None,
+            inconclusive: false,
+            evidence: None,
+            sequential: None,
+            window: None,
             name: metric.name.clone(),
             value: None,
             passed: true,
@@ -137,6 +149,10 @@ pub fn builtin_result(
     MetricResult {
         dry_run: metric.dry_run,
         judgement: None,
+        inconclusive: false,
+        evidence: None,
+        sequential: None,
+        window: None,
         name: metric.name.clone(),
         value,
         passed: verdict.is_ok(),
@@ -180,6 +196,10 @@ pub fn comparison_result(
         reason,
         dry_run: metric.dry_run,
         judgement: Some(judgement),
+        inconclusive: false,
+        evidence: None,
+        sequential: None,
+        window: None,
     }
 }
 
@@ -208,6 +228,10 @@ pub async fn prometheus_result(
             MetricResult {
                 dry_run: metric.dry_run,
                 judgement: None,
+                inconclusive: false,
+                evidence: None,
+                sequential: None,
+                window: None,
                 name: metric.name.clone(),
                 value: Some(v),
                 passed: verdict.is_ok(),
@@ -217,6 +241,10 @@ pub async fn prometheus_result(
         Err(reason) => MetricResult {
             dry_run: metric.dry_run,
             judgement: None,
+            inconclusive: false,
+            evidence: None,
+            sequential: None,
+            window: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
@@ -246,14 +274,18 @@ async fn run_query(
     }
 }
 
-/// Measures every metric of the canary (stats read once per distinct window).
+/// Measures every metric of the canary at `now_ms` (stats read once per distinct
+/// window). A built-in check judges only the current run's traffic: its window is the
+/// metric's interval cut at [`CanaryState::window_start_ms`].
 pub async fn measure(
     client: &HttpClient,
     def: &CanaryDef,
     fleet: &Fleet,
     state: &CanaryState,
+    now_ms: u64,
 ) -> Vec<MetricResult> {
     let role = judged_role(state);
+    let start = state.window_start_ms();
     let mut cache: BTreeMap<u64, Result<RoleStats, String>> = BTreeMap::new();
     let mut out = Vec::new();
     for (i, (metric, source)) in def
@@ -282,37 +314,52 @@ pub async fn measure(
                     },
                     (Err(e), _) => MetricResult {
                         name: metric.name.clone(),
-                        value: None,
-                        passed: false,
                         reason: templates::label(source, &format!("caFile: {e}")),
-                        dry_run: false,
-                        judgement: None,
+                        ..MetricResult::default()
                     },
                 }
             }
             MetricKind::SuccessRate | MetricKind::Duration | MetricKind::BaselineComparison(_) => {
-                let w = window_secs(metric);
+                let w = window_secs_since(window_secs(metric), start, now_ms);
                 if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(w) {
-                    slot.insert(fleet.stats(&def.route, w).await.map_err(|e| e.to_string()));
+                    let read = if w == 0 {
+                        // The run is younger than a whole second: nothing of it to read.
+                        Ok(RoleStats::empty(0))
+                    } else {
+                        fleet.stats(&def.route, w).await.map_err(|e| e.to_string())
+                    };
+                    slot.insert(read);
                 }
                 match cache.get(&w) {
-                    Some(Ok(stats)) => match &source.kind {
-                        MetricKind::BaselineComparison(params) => {
-                            comparison_result(metric, params, stats, role)
-                        }
-                        _ => builtin_result(metric, source, stats, role),
-                    },
+                    Some(Ok(stats)) => {
+                        let r = match (&metric.judge, &source.kind) {
+                            (Some(judge), kind) => {
+                                sequential_result(metric, judge, kind, stats, role)
+                            }
+                            (None, MetricKind::BaselineComparison(params)) => {
+                                comparison_result(metric, params, stats, role)
+                            }
+                            (None, _) => builtin_result(metric, source, stats, role),
+                        };
+                        let since_ms = now_ms.saturating_sub(w.saturating_mul(1000));
+                        with_window(
+                            r,
+                            CheckWindow {
+                                since_ms: start.map_or(since_ms, |s| s.max(since_ms)),
+                                secs: w,
+                                role: role.as_str().to_string(),
+                                requests: stats.role(role).requests,
+                                primary_requests: stats.primary.requests,
+                            },
+                        )
+                    }
                     Some(Err(e)) => MetricResult {
                         name: metric.name.clone(),
-                        value: None,
-                        passed: false,
                         reason: e.clone(),
                         ..MetricResult::default()
                     },
                     None => MetricResult {
                         name: metric.name.clone(),
-                        value: None,
-                        passed: false,
                         reason: "stats not read".to_string(),
                         ..MetricResult::default()
                     },
@@ -328,168 +375,4 @@ pub async fn measure(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stats::RouteStats;
-
-    fn metric(name: &str, min: Option<f64>, max: Option<f64>) -> MetricSpec {
-        MetricSpec {
-            name: name.into(),
-            min,
-            max,
-            interval_ms: 5_000,
-            dry_run: false,
-        }
-    }
-
-    fn stats(ok: u64, failed: u64, latency_us: u64) -> RoleStats {
-        let s = RouteStats::new(60);
-        for i in 0..ok + failed {
-            s.record(Role::Canary, 100, i >= ok, latency_us);
-        }
-        s.record(Role::Mirror, 100, false, 1_000);
-        RoleStats {
-            primary: s.snapshot(Role::Primary, 100, 5),
-            canary: s.snapshot(Role::Canary, 100, 5),
-            mirror: s.snapshot(Role::Mirror, 100, 5),
-        }
-    }
-
-    const SR: MetricSource = MetricSource {
-        kind: MetricKind::SuccessRate,
-        min_requests: 10,
-        template: None,
-        variables: BTreeMap::new(),
-        token: None,
-        headers: Vec::new(),
-    };
-
-    #[test]
-    fn success_rate_and_duration_are_judged_on_the_canary_role() {
-        let m = metric("request-success-rate", Some(99.0), None);
-        let good = builtin_result(&m, &SR, &stats(100, 0, 2_000), Role::Canary);
-        assert!(good.passed, "{good:?}");
-        assert_eq!(good.value, Some(100.0));
-        let bad = builtin_result(&m, &SR, &stats(90, 10, 2_000), Role::Canary);
-        assert!(!bad.passed);
-        assert_eq!(bad.value, Some(90.0));
-        assert!(bad.reason.contains("< 99"), "{}", bad.reason);
-        let d = metric("request-duration", None, Some(100.0));
-        let src = MetricSource {
-            kind: MetricKind::Duration,
-            ..SR
-        };
-        let slow = builtin_result(&d, &src, &stats(50, 0, 300_000), Role::Canary);
-        assert!(!slow.passed);
-        assert!(
-            slow.value.is_some_and(|v| (v - 300.0).abs() < 300.0 * 0.05),
-            "{slow:?}"
-        );
-        let fast = builtin_result(&d, &src, &stats(50, 0, 3_000), Role::Canary);
-        assert!(fast.passed, "{fast:?}");
-    }
-
-    fn two_sides(canary_us: u64, primary_us: u64, n: u64) -> RoleStats {
-        let s = RouteStats::new(60);
-        for i in 0..n {
-            // A spread of latencies on both sides, shifted by the difference of bases.
-            s.record(Role::Canary, 100, false, canary_us + (i % 40) * 250);
-            s.record(Role::Primary, 100, false, primary_us + (i % 40) * 250);
-        }
-        RoleStats {
-            primary: s.snapshot(Role::Primary, 100, 5),
-            canary: s.snapshot(Role::Canary, 100, 5),
-            mirror: s.snapshot(Role::Mirror, 100, 5),
-        }
-    }
-
-    #[test]
-    fn baseline_comparison_scores_the_canary_against_the_primary() {
-        let m = MetricSpec {
-            min: Some(95.0),
-            ..metric("baseline-comparison", None, None)
-        };
-        let p = CompareParams::DEFAULT;
-        let same = comparison_result(&m, &p, &two_sides(20_000, 20_000, 300), Role::Canary);
-        assert!(same.passed, "{same:?}");
-        assert_eq!(same.value, Some(100.0));
-        assert!(same.reason.contains("latency Pass"), "{}", same.reason);
-        let slow = comparison_result(&m, &p, &two_sides(60_000, 20_000, 300), Role::Canary);
-        assert!(!slow.passed);
-        assert_eq!(slow.value, Some(50.0));
-        assert!(slow.reason.contains("latency High"), "{}", slow.reason);
-        let j = slow.judgement.as_ref().unwrap();
-        assert_eq!(j.quantities[0].canary_requests, 300);
-        let few = comparison_result(&m, &p, &two_sides(20_000, 20_000, 50), Role::Canary);
-        assert!(!few.passed && few.value.is_none());
-        assert!(
-            few.reason.starts_with("not enough traffic"),
-            "{}",
-            few.reason
-        );
-        // A dry-run metric keeps its verdict for the record; the machine ignores it.
-        let dry = MetricSpec {
-            dry_run: true,
-            ..m.clone()
-        };
-        let r = comparison_result(&dry, &p, &two_sides(60_000, 20_000, 300), Role::Canary);
-        assert!(r.dry_run && !r.passed);
-        let text = serde_json::to_string(&r).unwrap();
-        assert!(
-            text.contains("\"dryRun\":true") && text.contains("\"judgement\""),
-            "{text}"
-        );
-        let back: MetricResult = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.judgement.map(|j| j.quantities.len()), Some(2));
-        assert!(!serde_json::to_string(&same).unwrap().contains("dryRun"));
-    }
-
-    #[test]
-    fn too_little_traffic_is_a_failed_check_unless_min_requests_is_zero() {
-        let m = metric("request-success-rate", Some(99.0), None);
-        let few = builtin_result(&m, &SR, &stats(9, 0, 1_000), Role::Canary);
-        assert!(!few.passed);
-        assert!(
-            few.reason.starts_with("not enough traffic"),
-            "{}",
-            few.reason
-        );
-        let none = builtin_result(&m, &SR, &RoleStats::empty(5), Role::Canary);
-        assert!(!none.passed, "no traffic is not a pass");
-        let zero = MetricSource {
-            min_requests: 0,
-            ..SR
-        };
-        assert!(builtin_result(&m, &zero, &RoleStats::empty(5), Role::Canary).passed);
-        // With traffic, minRequests 0 still judges the value.
-        assert!(!builtin_result(&m, &zero, &stats(1, 1, 1_000), Role::Canary).passed);
-    }
-
-    #[test]
-    fn mirroring_runs_are_judged_on_the_shadow_copies() {
-        let st = CanaryState {
-            mirror: true,
-            ..CanaryState::default()
-        };
-        assert_eq!(judged_role(&st), Role::Mirror);
-        assert_eq!(judged_role(&CanaryState::default()), Role::Canary);
-    }
-
-    #[test]
-    fn interval_durations_and_prometheus_answers() {
-        assert_eq!(promql_duration(60_000), "1m");
-        assert_eq!(promql_duration(90_000), "90s");
-        assert_eq!(promql_duration(500), "500ms");
-        let vector = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000.1,"99.5"]}]}}"#;
-        assert_eq!(parse_prometheus(vector), Ok(99.5));
-        let scalar =
-            br#"{"status":"success","data":{"resultType":"scalar","result":[1700000000.1,"3"]}}"#;
-        assert_eq!(parse_prometheus(scalar), Ok(3.0));
-        let empty = br#"{"status":"success","data":{"resultType":"vector","result":[]}}"#;
-        assert!(parse_prometheus(empty).is_err());
-        let nan = br#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"NaN"]}]}}"#;
-        assert!(parse_prometheus(nan).unwrap_err().contains("NaN"));
-        let err = br#"{"status":"error","errorType":"bad_data","error":"parse error"}"#;
-        assert!(parse_prometheus(err).unwrap_err().contains("parse error"));
-    }
-}
+mod tests;
