@@ -38,6 +38,7 @@ mod match_vocabulary;
 mod metrics;
 mod mirror;
 mod parity;
+mod per_run;
 mod protocols;
 mod proxy;
 mod readme;
