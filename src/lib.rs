@@ -41,7 +41,8 @@
 //! - [`console`]: the web console at `/ui/` (files compiled in, strict CSP); it reads the API like any client.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
 //! - [`import`]: `weir import flagger`: Flagger's Canary, MetricTemplate and AlertProvider manifests → a weir config
-//!   (PURE mapping; the fields it cannot map listed with the reason).
+//!   (PURE mapping; the fields it cannot map listed with the reason, the metrics it cannot complete kept for
+//!   `weir check` to refuse).
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
 //! - [`echo`]: the small backend used by tests, demos and benchmarks.

@@ -147,10 +147,17 @@ pub fn queryable() -> Vec<String> {
         .collect()
 }
 
-/// The exported name closest to `name` (a typo of it), if one is close enough.
+/// The exported name closest to `name` (a typo of it), if one is close enough; one of
+/// the same prefix first (`istio_…` is meant as an Istio name, not as a weir one).
 pub fn closest(name: &str) -> Option<String> {
     let names = queryable();
-    did_you_mean(name, names.iter().map(String::as_str)).map(str::to_string)
+    let prefix = name.split_once('_').map_or(name, |(p, _)| p);
+    let same = names
+        .iter()
+        .filter(|n| n.split_once('_').is_some_and(|(p, _)| p == prefix));
+    did_you_mean(name, same.map(String::as_str))
+        .or_else(|| did_you_mean(name, names.iter().map(String::as_str)))
+        .map(str::to_string)
 }
 
 /// Why a query finds no data under `name`, or `None` when weir exports it.

@@ -142,6 +142,11 @@ fn an_unknown_weir_series_is_named_with_the_closest_one() {
         "{}",
         got[2].1
     );
+    // Istio's old name is as far from weir's as from Istio's new one: Istio's is meant.
+    assert_eq!(
+        closest("istio_request_duration_seconds_bucket").as_deref(),
+        Some("istio_request_duration_milliseconds_bucket")
+    );
 }
 
 #[test]
