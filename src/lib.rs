@@ -6,8 +6,9 @@
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
-//!   also the `cluster:` settings, PEM/CA file loading, the raw affinity-state rule and the PURE syntax of
-//!   Flagger's query templates (`config::template`, shared by validation and the engine); `config::diagnostics`
+//!   also the `cluster:` settings, PEM/CA file loading, the raw affinity-state rule, the PURE syntax of
+//!   Flagger's query templates (`config::template`, shared by validation and the engine) and the one list of the series
+//!   weir exports (`config::series`, held to the exporters by their tests); `config::diagnostics`
 //!   collects every parse and validation error and warning of a file and renders them as cargo does
 //!   (`weir check`, `weir serve`, a SIGHUP reload).
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
@@ -40,7 +41,8 @@
 //! - [`console`]: the web console at `/ui/` (files compiled in, strict CSP); it reads the API like any client.
 //! - [`cluster`]: fleet coordination through etcd: shard claims with lease heartbeats, PURE canary → shard assignment, one owner per canary.
 //! - [`import`]: `weir import flagger`: Flagger's Canary, MetricTemplate and AlertProvider manifests → a weir config
-//!   (PURE mapping; the fields it cannot map listed with the reason).
+//!   (PURE mapping; the fields it cannot map listed with the reason, the metrics it cannot complete kept for
+//!   `weir check` to refuse).
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
 //! - [`echo`]: the small backend used by tests, demos and benchmarks.

@@ -26,6 +26,7 @@ mod raw_policies;
 mod raw_providers;
 mod raw_templates;
 mod recover;
+pub mod series;
 mod suggest;
 pub mod template;
 pub mod tls;

@@ -109,3 +109,62 @@ fn two_registries_are_independent() {
     assert!(a.handle.render().contains("weir_requests_total"));
     assert!(!b.handle.render().contains(r#"route="x""#));
 }
+
+/// The `"weir_…"` string literals of `source`.
+fn weir_literals(source: &str) -> Vec<&str> {
+    source
+        .match_indices("\"weir_")
+        .map(|(i, _)| {
+            let rest = &source[i + 1..];
+            &rest[..rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len())]
+        })
+        .collect()
+}
+
+/// The `# TYPE` lines of a scrape: (name, kind).
+fn declared(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect()
+}
+
+/// `weir check` judges queries against `config::series`; every series this registry
+/// renders must be there, with its kind, or a valid query would be refused.
+#[test]
+fn every_series_rendered_here_is_in_configs_list() {
+    use crate::config::series::family;
+    for name in weir_literals(include_str!("metrics.rs")) {
+        assert!(family(name).is_some(), "{name} is not in config::series");
+    }
+    let yaml = "backends:\n  blue:\n    endpoints: [\"127.0.0.1:9001\"]\n    circuitBreaker: { maxRequests: 4 }\n  green:\n    endpoints: [\"127.0.0.1:9002\"]\nroutes:\n  - name: app\n    primary: blue\n    canary: green\n    mirror: { enabled: true }\n    retries: { attempts: 2, on: [connect-failure] }\n    rateLimit: { requestsPerSecond: 10, burst: 5, key: client-ip }\n";
+    let cfg = crate::config::parse_yaml(yaml, "t.yaml", std::path::Path::new("."))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let m = Metrics::new();
+    let store = TableStore::with_metrics(cfg.table.clone(), m.clone());
+    let r = m.route("app", "blue", Some("green"));
+    r.record(Role::Canary, 200, Duration::from_millis(3));
+    r.record_proxy_error(
+        Role::Primary,
+        ProxyError::Upstream,
+        Duration::from_millis(1),
+    );
+    r.record_connect_error(Role::Primary);
+    let text = m.render(&store);
+    let types = declared(&text);
+    for (name, kind) in &types {
+        let Some(f) = family(name) else {
+            panic!("{name} is rendered but not in config::series:\n{text}");
+        };
+        assert_eq!(*kind, f.kind.type_name(), "{name}");
+    }
+    // The render above covers every family of this module.
+    for name in weir_literals(include_str!("metrics.rs")) {
+        assert!(
+            types.iter().any(|(n, _)| *n == name),
+            "{name} not rendered:\n{text}"
+        );
+    }
+}

@@ -5,9 +5,11 @@ use super::canary::{spec_reason, Refs};
 use super::matches;
 use super::node::{Node, Notes};
 use super::resources::DEFAULT_PROMETHEUS;
+use super::series;
 use super::yaml::{Entry, Y};
 
-/// The `analysis` block, and whether a template it uses reads Istio's series.
+/// The `analysis` block, and whether a query it uses reads series weir exports only
+/// with `admin.flaggerMetrics`.
 pub(super) fn analysis_block(
     mut a: Node,
     ns: &str,
@@ -56,7 +58,7 @@ pub(super) fn analysis_block(
     if let Some(s) = a.child("sessionAffinity", notes) {
         out.push(Entry::new("sessionAffinity", affinity(s, notes)));
     }
-    let mut istio = false;
+    let mut flagger_metrics = false;
     let path = a.at("metrics");
     let metrics: Vec<Y> = a
         .list("metrics", notes)
@@ -64,8 +66,8 @@ pub(super) fn analysis_block(
         .enumerate()
         .filter_map(|(i, v)| {
             let n = Node::new(format!("{path}[{i}]"), v, notes)?;
-            let (m, uses_istio) = metric(n, ns, metrics_server, refs, notes)?;
-            istio |= uses_istio;
+            let (m, reads) = metric(n, ns, metrics_server, refs, notes)?;
+            flagger_metrics |= reads;
             Some(m)
         })
         .collect();
@@ -93,7 +95,7 @@ pub(super) fn analysis_block(
         out.push(Entry::new("alerts", Y::Seq(alerts)));
     }
     a.finish(notes, spec_reason);
-    (Y::Map(out), istio)
+    (Y::Map(out), flagger_metrics)
 }
 
 fn affinity(mut s: Node, notes: &mut Notes<'_>) -> Y {
@@ -136,7 +138,13 @@ fn metric(
     refs: &Refs<'_>,
     notes: &mut Notes<'_>,
 ) -> Option<(Y, bool)> {
-    let name = m.string("name", notes)?;
+    let Some(name) = m.string("name", notes) else {
+        notes.add(
+            &m.path,
+            "a metric without a name, which Flagger's Canary does not accept either: left out",
+        );
+        return None;
+    };
     let interval = m.string("interval", notes);
     let mut range = Vec::new();
     if let Some(mut r) = m.child("thresholdRange", notes) {
@@ -162,7 +170,7 @@ fn metric(
     m.finish(notes, |_| None);
 
     let mut out = vec![];
-    let mut istio = false;
+    let mut flagger_metrics = false;
     let builtin = builtin(&name);
     if let Some(b) = builtin {
         if b != name {
@@ -175,17 +183,17 @@ fn metric(
     } else {
         out.push(Entry::new("name", Y::str(&name)));
         if let Some((tn, tns)) = &template {
-            let Some(&reads_istio) = refs.templates.get(tn) else {
-                notes.add(
+            match refs.templates.get(tn) {
+                Some(&reads) => flagger_metrics = reads,
+                None => notes.add(
                     &format!("{path}.templateRef"),
                     format!(
-                        "MetricTemplate {tn:?} is not among the imported ones (pass its file too, or \
-                         its provider has no weir equivalent); metric {name:?} is left out"
+                        "MetricTemplate {tn:?} is not among the imported ones: metric {name:?} keeps \
+                         its templateRef, and weir check refuses it until metricTemplates has {tn:?} \
+                         (pass the template's file too, or write it) or the metric is removed"
                     ),
-                );
-                return None;
-            };
-            istio = reads_istio;
+                ),
+            }
             out.push(Entry::new(
                 "templateRef",
                 Y::map([("name", Y::str(tn)), ("namespace", Y::str(tns))]),
@@ -202,10 +210,12 @@ fn metric(
                 ));
             }
         } else if let Some(q) = query {
+            let qp = format!("{path}.query");
+            flagger_metrics = series::query_notes(&q, &qp, notes);
             out.push(Entry::new("query", Y::str(q)));
             let url = metrics_server.unwrap_or_else(|| {
                 notes.add(
-                    &format!("{path}.query"),
+                    &qp,
                     format!("Flagger ran it on its --metrics-server; prometheusUrl {DEFAULT_PROMETHEUS} is written, change it to your Prometheus"),
                 );
                 DEFAULT_PROMETHEUS
@@ -215,10 +225,11 @@ fn metric(
             notes.add(
                 &path,
                 format!(
-                    "metric {name:?} is neither a builtin nor has a templateRef or query; left out"
+                    "metric {name:?} is neither a builtin nor has a templateRef or query (Flagger \
+                     skips it): kept, and weir check refuses it until it has a query or a \
+                     templateRef, or is removed"
                 ),
             );
-            return None;
         }
     }
     if range.is_empty() {
@@ -246,7 +257,7 @@ fn metric(
     if let Some(i) = interval {
         out.push(Entry::new("interval", Y::str(i)));
     }
-    Some((Y::Map(out), istio))
+    Some((Y::Map(out), flagger_metrics))
 }
 
 fn webhook(mut w: Node, notes: &mut Notes<'_>) -> Option<Y> {

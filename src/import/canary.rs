@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a canary's references may point at: the imported templates (name →
-/// reads Istio's series) and alert providers.
+/// reads series weir exports only with `admin.flaggerMetrics`) and alert providers.
 pub struct Refs<'a> {
     pub templates: &'a BTreeMap<String, bool>,
     pub providers: &'a BTreeSet<String>,
@@ -22,8 +22,8 @@ pub struct Imported {
     pub backends: Vec<Entry>,
     pub route: Y,
     pub canary: Y,
-    /// A template it uses reads Istio's series (`admin.flaggerMetrics`).
-    pub istio_series: bool,
+    /// A query it uses reads series weir exports only with `admin.flaggerMetrics`.
+    pub flagger_metrics: bool,
     /// The Service's names inside the cluster, for a route that has no
     /// `hosts` and must be told from another canary's; empty when it has hosts.
     pub cluster_hosts: Vec<String>,
@@ -231,11 +231,11 @@ pub fn canary(
         }
         (None, None) => None,
     };
-    let mut istio_series = false;
+    let mut flagger_metrics = false;
     match analysis {
         Some(a) => {
-            let (y, istio) = analysis_block(a, ns, metrics_server.as_deref(), refs, notes);
-            istio_series = istio;
+            let (y, reads) = analysis_block(a, ns, metrics_server.as_deref(), refs, notes);
+            flagger_metrics = reads;
             canary.push(Entry::new("analysis", y));
         }
         None => {
@@ -252,7 +252,7 @@ pub fn canary(
         backends,
         route: Y::Map(route),
         canary: Y::Map(canary),
-        istio_series,
+        flagger_metrics,
         cluster_hosts: if has_hosts {
             Vec::new()
         } else {

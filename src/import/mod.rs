@@ -8,6 +8,13 @@
 //! counted on stderr. Other kinds in the same files (Deployment, Service,
 //! HorizontalPodAutoscaler, ...) are skipped with a note each.
 //!
+//! A metric is never dropped: Flagger fails the check of a metric it cannot
+//! measure, and a canary whose metrics vanished would be promoted on nothing.
+//! One that cannot run as written (its template is not in the input, or has a
+//! provider weir lacks) is kept with a note, so that `weir check` refuses the
+//! config until the user completes or removes it; a query on series weir does
+//! not export is noted (`series`).
+//!
 //! The mapping is PURE ([`flagger`]: texts in, text out); [`main`] reads
 //! the files and prints.
 
@@ -16,6 +23,7 @@ mod canary;
 mod matches;
 mod node;
 mod resources;
+mod series;
 pub mod yaml;
 
 #[cfg(test)]
@@ -190,10 +198,9 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
                 n.add("metadata.name", "a MetricTemplate of this name was imported already; skipped (weir's templates have no namespaces)");
             }
             "MetricTemplate" => {
-                if let Some(t) = resources::metric_template(&d.name, spec, &mut n) {
-                    template_facts.insert(t.name.clone(), t.istio_series);
-                    templates.push(t.entry);
-                }
+                let t = resources::metric_template(&d.name, spec, &mut n);
+                template_facts.insert(t.name.clone(), t.flagger_metrics);
+                templates.push(t.entry);
             }
             _ if provider_names.contains(&d.name) => {
                 n.add(
@@ -218,7 +225,7 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
     let mut ports = BTreeSet::new();
     let (mut backends, mut routes, mut canaries) = (Vec::new(), Vec::new(), Vec::new());
     let mut seen = BTreeSet::new();
-    let mut istio = false;
+    let mut flagger_metrics = false;
     let several = canary_docs.len() > 1;
     for mut d in canary_docs {
         let subject = format!("Canary {}/{} ({})", d.namespace, d.name, d.file);
@@ -252,10 +259,10 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
         backends.extend(c.backends);
         routes.push(c.route);
         canaries.push(c.canary);
-        istio |= c.istio_series;
+        flagger_metrics |= c.flagger_metrics;
     }
     if canaries.is_empty() && templates.is_empty() && providers.is_empty() {
-        return Err("no Canary, MetricTemplate or AlertProvider (flagger.app) in the input".into());
+        return Err(nothing_imported(&notes));
     }
     let out = Output {
         canaries: canaries.len(),
@@ -287,9 +294,9 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
                 .note("the Service port(s) of the canaries; each listener serves every route"),
         );
         let mut admin = vec![Entry::new("address", Y::str("127.0.0.1:9901"))];
-        if istio {
+        if flagger_metrics {
             admin.push(Entry::new("flaggerMetrics", Y::Bool(true)).note(
-                "the imported templates query Istio's series, which weir exports under this switch",
+                "the imported queries read Istio's or Flagger's series, which weir exports under this switch",
             ));
         }
         top.push(Entry::new("admin", Y::Map(admin)));
@@ -325,6 +332,29 @@ pub fn flagger(inputs: &[(String, String)]) -> Result<Output, String> {
     let mut text = yaml::document(&top);
     text.push_str(&notes_comment(&out.notes));
     Ok(Output { yaml: text, ..out })
+}
+
+/// Why nothing was imported: the reasons given for the Flagger manifests of the input
+/// (an AlertProvider of a type weir lacks, a manifest without a name), or that there
+/// were none.
+fn nothing_imported(notes: &[Note]) -> String {
+    let reasons: Vec<String> = notes
+        .iter()
+        .filter(|n| {
+            ["Canary ", "MetricTemplate ", "AlertProvider "]
+                .iter()
+                .any(|k| n.subject.starts_with(k))
+        })
+        .map(|n| format!("\n  {} {}: {}", n.subject, n.path, n.reason))
+        .collect();
+    if reasons.is_empty() {
+        "no Canary, MetricTemplate or AlertProvider (flagger.app) in the input".into()
+    } else {
+        format!(
+            "nothing could be imported from the Flagger manifests of the input:{}",
+            reasons.concat()
+        )
+    }
 }
 
 /// The notes as YAML comments.

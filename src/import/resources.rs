@@ -1,7 +1,8 @@
 //! Flagger's `MetricTemplate` and `AlertProvider` → weir's `metricTemplates:`
-//! and `alertProviders:` entries (DESIGN §12, §13).
+//! and `alertProviders:` entries.
 
 use super::node::{Node, Notes};
+use super::series;
 use super::yaml::{Entry, Y};
 
 /// Where weir's Prometheus templates go when the manifest names no address
@@ -23,35 +24,41 @@ const WEIR_VARIABLES: &[&str] = &[
 pub struct Template {
     pub name: String,
     pub entry: Entry,
-    /// The query reads Istio's series (`istio_requests_total`, ...), which
-    /// weir exports with `admin.flaggerMetrics: true`.
-    pub istio_series: bool,
+    /// The query reads series weir exports only with `admin.flaggerMetrics: true`
+    /// (Istio's `istio_requests_total`, ...).
+    pub flagger_metrics: bool,
 }
 
-/// A `MetricTemplate`; `None` when its provider has no weir equivalent.
-pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Option<Template> {
+/// A `MetricTemplate`. One weir cannot run (a provider it lacks, no query) is kept as
+/// written, so that `weir check` refuses it and the metrics that use it until the user
+/// decides: dropped, those metrics would silently stop being checked.
+pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Template {
     let query = spec.string("query", notes);
     let mut provider = spec.child("provider", notes);
     let kind = provider
         .as_mut()
         .and_then(|p| p.string("type", notes))
         .unwrap_or_else(|| "prometheus".into());
-    if kind != "prometheus" {
+    let supported = kind == "prometheus";
+    if !supported {
         notes.add(
             "spec.provider.type",
             format!(
                 "provider {kind:?} has no weir equivalent (weir queries Prometheus, or a JSON URL with \
-                 type: web); the template and the metrics that use it are left out"
+                 type: web): the template is kept as written, and weir check refuses it and the \
+                 metrics that use it until it is rewritten for one of those, or removed with them"
             ),
         );
-        return None;
     }
-    let Some(query) = query else {
-        notes.add("spec.query", "missing: a template needs a query; left out");
-        return None;
-    };
+    if query.is_none() {
+        notes.add(
+            "spec.query",
+            "missing: the template is kept without one, and weir check refuses it and the \
+             metrics that use it until it has one",
+        );
+    }
     let address = provider.as_mut().and_then(|p| p.string("address", notes));
-    if address.is_none() {
+    if address.is_none() && supported {
         notes.add(
             "spec.provider.address",
             format!(
@@ -62,38 +69,42 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
     }
     let mut extra = Vec::new();
     if let Some(mut p) = provider {
-        if let Some(mut secret) = p.child("secretRef", notes) {
-            let name = secret
-                .string("name", notes)
-                .unwrap_or_else(|| "prometheus".into());
-            secret.finish(notes, |_| None);
-            let file = format!("secrets/{name}-token");
-            notes.add(
-                "spec.provider.secretRef",
-                format!(
-                    "weir reads a bearer token from a file: write the `token` key of Secret {name:?} \
-                     into {file} (basic auth: an `Authorization: Basic ...` entry in headers instead)"
-                ),
-            );
-            extra.push(Entry::new("tokenFile", Y::str(file)));
-        }
-        if p.bool("insecureSkipVerify", notes) == Some(true) {
-            notes.add(
-                "spec.provider.insecureSkipVerify",
-                "weir always verifies TLS; trust a private CA with the provider's caFile instead",
-            );
-        }
-        if let Some(h) = p.child("headers", notes) {
-            if let Some(list) = headers(h, notes) {
-                extra.push(Entry::new("headers", list));
+        if supported {
+            if let Some(mut secret) = p.child("secretRef", notes) {
+                let name = secret
+                    .string("name", notes)
+                    .unwrap_or_else(|| "prometheus".into());
+                secret.finish(notes, |_| None);
+                let file = format!("secrets/{name}-token");
+                notes.add(
+                    "spec.provider.secretRef",
+                    format!(
+                        "weir reads a bearer token from a file: write the `token` key of Secret {name:?} \
+                         into {file} (basic auth: an `Authorization: Basic ...` entry in headers instead)"
+                    ),
+                );
+                extra.push(Entry::new("tokenFile", Y::str(file)));
+            }
+            if p.bool("insecureSkipVerify", notes) == Some(true) {
+                notes.add(
+                    "spec.provider.insecureSkipVerify",
+                    "weir always verifies TLS; trust a private CA with the provider's caFile instead",
+                );
+            }
+            if let Some(h) = p.child("headers", notes) {
+                if let Some(list) = headers(h, notes) {
+                    extra.push(Entry::new("headers", list));
+                }
             }
         }
         p.finish(notes, |path| match path {
             "spec.provider.region" => Some("only for cloud providers, which weir has not".into()),
+            _ if !supported => Some(format!("a setting of the {kind} provider; not mapped")),
             _ => None,
         });
     }
     spec.finish(notes, |_| None);
+    let query = query.unwrap_or_default();
     for var in flagger_variables(&query) {
         let known = WEIR_VARIABLES.contains(&var.as_str()) || var.starts_with("variables.");
         if !known {
@@ -107,8 +118,8 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
             );
         }
     }
-    let istio_series = query.contains("istio_request");
-    let source_reporter = istio_series && query.contains("reporter=\"source\"");
+    let flagger_metrics = supported && series::query_notes(&query, "spec.query", notes);
+    let source_reporter = flagger_metrics && query.contains("reporter=\"source\"");
     if source_reporter {
         notes.add(
             "spec.query",
@@ -117,30 +128,39 @@ pub fn metric_template(name: &str, mut spec: Node, notes: &mut Notes<'_>) -> Opt
              the check finds no data, which is a failed check",
         );
     }
-    let address = address.unwrap_or_else(|| DEFAULT_PROMETHEUS.into());
-    let mut provider = vec![
-        Entry::new("type", Y::str("prometheus")),
-        Entry::new("address", Y::str(address)),
-    ];
+    let mut provider = vec![Entry::new("type", Y::str(&kind))];
+    match address {
+        Some(a) => provider.push(Entry::new("address", Y::str(a))),
+        None if supported => provider.push(Entry::new("address", Y::str(DEFAULT_PROMETHEUS))),
+        None => {}
+    }
     provider.extend(extra);
-    let mut entry = Entry::new(
-        name,
-        Y::map([("provider", Y::Map(provider)), ("query", Y::str(query))]),
-    );
-    if istio_series {
-        entry =
-            entry.note("reads Istio's series: weir exports them with admin.flaggerMetrics: true");
+    let mut fields = vec![Entry::new("provider", Y::Map(provider))];
+    if !query.is_empty() {
+        fields.push(Entry::new("query", Y::str(&query)));
+    }
+    let mut entry = Entry::new(name, Y::Map(fields));
+    if !supported {
+        entry = entry.note(format!(
+            "provider {kind:?} has no weir equivalent: weir check refuses this template until it \
+             is rewritten (see the notes at the end)"
+        ));
+    }
+    if flagger_metrics {
+        entry = entry.note(
+            "reads series weir exports with admin.flaggerMetrics: true (Istio's or Flagger's names)",
+        );
     }
     if source_reporter {
         entry = entry.note(
             "CHANGE reporter=\"source\" to reporter=\"destination\" (see the notes at the end)",
         );
     }
-    Some(Template {
+    Template {
         name: name.to_string(),
         entry,
-        istio_series,
-    })
+        flagger_metrics,
+    }
 }
 
 /// Flagger's provider headers (Go's `http.Header`: a name → a list of

@@ -184,6 +184,7 @@ spec:
       - { name: from-dd, templateRef: { name: dd }, thresholdRange: { max: 1 } }
       - { name: from-errors, templateRef: { name: errors }, templateVariables: { a: b }, thresholdRange: { max: 1 } }
       - { name: nothing }
+      - { thresholdRange: { max: 1 } }
 ",
         )
         .replace("  targetRef:", "  metricsServer: http://prom.example:9090\n  targetRef:")
@@ -204,24 +205,29 @@ spec:
     );
     assert_eq!(
         m[3],
+        json!({"name": "from-dd", "templateRef": {"name": "dd", "namespace": "test"},
+               "thresholdRange": {"max": 1}})
+    );
+    assert_eq!(
+        m[4],
         json!({"name": "from-errors", "templateRef": {"name": "errors", "namespace": "test"},
                "templateVariables": {"a": "b"}, "thresholdRange": {"max": 1}})
     );
-    assert_eq!(m.as_array().unwrap().len(), 4);
+    assert_eq!(m[5], json!({"name": "nothing"}));
+    assert_eq!(m.as_array().unwrap().len(), 6);
     assert_eq!(
         v["metricTemplates"]["errors"]["provider"],
         json!({"type": "prometheus", "address": resources::DEFAULT_PROMETHEUS,
                "tokenFile": "secrets/prom-auth-token",
                "headers": [{"key": "X-One", "value": "one"}, {"key": "X-Scope-OrgID", "value": "team-a"}]})
     );
-    assert!(v["metricTemplates"].get("dd").is_none());
-    has(
-        &notes,
-        "spec.provider.type: provider \"datadog\" has no weir equivalent",
+    assert_eq!(
+        v["metricTemplates"]["dd"],
+        json!({"provider": {"type": "datadog", "address": "https://api.datadoghq.com"}, "query": "avg:x"})
     );
     has(
         &notes,
-        "metrics[3].templateRef: MetricTemplate \"dd\" is not among the imported ones",
+        "spec.provider.type: provider \"datadog\" has no weir equivalent",
     );
     has(
         &notes,
@@ -237,7 +243,11 @@ spec:
     );
     has(
         &notes,
-        "metrics[5]: metric \"nothing\" is neither a builtin",
+        "metrics[5]: metric \"nothing\" is neither a builtin nor has a templateRef or query (Flagger skips it): kept",
+    );
+    has(
+        &notes,
+        "metrics[6]: a metric without a name, which Flagger's Canary does not accept either",
     );
     has(&notes, "spec.provider.address: not set");
     has(&notes, "spec.provider.secretRef:");
@@ -412,5 +422,225 @@ fn nothing_to_import_and_not_yaml_are_errors() {
             .any(|n| n.reason.contains("expected an object")),
         "{:?}",
         out.notes
+    );
+}
+
+/// `weir check`'s errors on the output, its placeholders filled: the output must be
+/// refused.
+fn refused(yaml: &str) -> Vec<(String, String)> {
+    let filled = yaml
+        .replace("<fill in podinfo-blue>", "127.0.0.1")
+        .replace("<fill in podinfo-green>", "127.0.0.1");
+    match crate::config::parse_yaml(&filled, "t.yaml", std::path::Path::new(".")) {
+        Ok(_) => panic!("weir check passes a config it should refuse:\n{filled}"),
+        Err(e) => e.errors.into_iter().map(|e| (e.path, e.reason)).collect(),
+    }
+}
+
+fn template(name: &str, provider: &str, query: &str) -> String {
+    format!(
+        "apiVersion: flagger.app/v1beta1
+kind: MetricTemplate
+metadata: {{ name: {name}, namespace: test }}
+spec:
+  provider: {provider}
+  query: {query:?}
+---
+"
+    )
+}
+
+#[test]
+fn a_metric_whose_template_is_not_in_the_input_is_kept_for_weir_check_to_refuse() {
+    let (v, notes, yaml) = run(&canary(
+        "",
+        "    iterations: 5
+    metrics:
+      - name: error-rate
+        templateRef: { name: error-rate, namespace: flagger-system }
+        templateVariables: { code: \"5..\" }
+        thresholdRange: { max: 1 }
+",
+    ));
+    assert_eq!(
+        v["canaries"][0]["analysis"]["metrics"][0],
+        json!({"name": "error-rate", "templateRef": {"name": "error-rate", "namespace": "flagger-system"},
+               "templateVariables": {"code": "5.."}, "thresholdRange": {"max": 1}})
+    );
+    has(
+        &notes,
+        "spec.analysis.metrics[0].templateRef: MetricTemplate \"error-rate\" is not among the imported ones: metric \"error-rate\" keeps its templateRef, and weir check refuses it",
+    );
+    let errors = refused(&yaml);
+    assert_eq!(
+        errors,
+        [(
+            "canaries[0].analysis.metrics[0].templateRef.name".to_string(),
+            "unknown metric template \"error-rate\": metricTemplates is empty".to_string()
+        )]
+    );
+}
+
+#[test]
+fn a_template_of_a_provider_weir_lacks_is_kept_for_weir_check_to_refuse() {
+    let yaml = format!(
+        "{}{}",
+        template(
+            "latency",
+            "{ type: cloudwatch, region: eu-west-1, secretRef: { name: aws } }",
+            "[{\"Id\": \"p99\"}]"
+        ),
+        canary(
+            "",
+            "    iterations: 5\n    metrics:\n      - { name: p99, templateRef: { name: latency }, thresholdRange: { max: 500 } }\n"
+        )
+    );
+    let (v, notes, yaml) = run(&yaml);
+    assert_eq!(
+        v["metricTemplates"]["latency"],
+        json!({"provider": {"type": "cloudwatch"}, "query": "[{\"Id\": \"p99\"}]"})
+    );
+    assert_eq!(
+        v["canaries"][0]["analysis"]["metrics"][0]["templateRef"]["name"],
+        "latency"
+    );
+    has(
+        &notes,
+        "spec.provider.type: provider \"cloudwatch\" has no weir equivalent (weir queries Prometheus, or a JSON URL with type: web): the template is kept as written",
+    );
+    has(&notes, "spec.provider.region: only for cloud providers");
+    has(
+        &notes,
+        "spec.provider.secretRef: a setting of the cloudwatch provider; not mapped",
+    );
+    assert!(
+        yaml.contains("# provider \"cloudwatch\" has no weir equivalent"),
+        "{yaml}"
+    );
+    let errors = refused(&yaml);
+    assert_eq!(
+        errors,
+        [(
+            "metricTemplates.latency.provider.type".to_string(),
+            "unsupported provider type \"cloudwatch\"; weir has prometheus, web".to_string()
+        )]
+    );
+}
+
+#[test]
+fn a_lone_manifest_weir_cannot_use_names_why() {
+    // A template is kept, its provider named, and weir check refuses it.
+    let out = flagger(&[(
+        "dd.yaml".into(),
+        template("dd", "{ type: datadog }", "avg:x"),
+    )])
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((out.canaries, out.templates), (0, 1));
+    assert!(
+        out.notes.iter().any(|n| n.path == "spec.provider.type"
+            && n.reason
+                .contains("provider \"datadog\" has no weir equivalent")),
+        "{:?}",
+        out.notes
+    );
+    assert!(out.yaml.contains("type: datadog"), "{}", out.yaml);
+    let errors = refused(&out.yaml);
+    assert!(
+        errors
+            .iter()
+            .any(|(p, r)| p == "metricTemplates.dd.provider.type"
+                && r.contains("unsupported provider type \"datadog\"")),
+        "{errors:?}"
+    );
+    // An alert provider weir lacks is left out: the error says why, not just "nothing".
+    let e = flagger(&[(
+        "pd.yaml".into(),
+        "apiVersion: flagger.app/v1beta1\nkind: AlertProvider\nmetadata: { name: pager }\nspec: { type: pagerduty, address: \"https://events.pagerduty.com\" }\n".into(),
+    )])
+    .unwrap_err();
+    assert!(
+        e.contains("AlertProvider default/pager (pd.yaml) spec.type: type \"pagerduty\" has no weir equivalent"),
+        "{e}"
+    );
+    assert!(
+        !e.contains("no Canary, MetricTemplate or AlertProvider"),
+        "{e}"
+    );
+}
+
+#[test]
+fn queries_on_series_weir_does_not_export_are_noted() {
+    let yaml = format!(
+        "{}{}{}{}{}",
+        template(
+            "success-rate",
+            "{ type: prometheus, address: \"http://prometheus.linkerd-viz:9090\" }",
+            "sum(rate(response_total{namespace=\"{{ namespace }}\",deployment=~\"{{ target }}\",classification!=\"failure\"}[{{ interval }}])) / sum(rate(response_total{deployment=~\"{{ target }}\"}[{{ interval }}])) * 100"
+        ),
+        template(
+            "typo",
+            "{ type: prometheus, address: \"http://prom:9090\" }",
+            "sum(rate(weir_request_total{route=\"{{ target }}\"}[{{ interval }}]))"
+        ),
+        template(
+            "old-istio",
+            "{ type: prometheus, address: \"http://prom:9090\" }",
+            "histogram_quantile(0.99, sum(rate(istio_request_duration_seconds_bucket[{{ interval }}])) by (le))"
+        ),
+        template(
+            "istio",
+            "{ type: prometheus, address: \"http://prom:9090\" }",
+            "sum(rate(istio_requests_total{destination_workload=~\"{{ target }}\",response_code!~\"5.*\"}[{{ interval }}]))"
+        ),
+        canary(
+            "",
+            "    iterations: 5
+    metrics:
+      - { name: a, templateRef: { name: success-rate }, thresholdRange: { min: 99 } }
+      - { name: b, templateRef: { name: typo }, thresholdRange: { max: 1 } }
+      - { name: c, templateRef: { name: old-istio }, thresholdRange: { max: 500 } }
+      - { name: d, templateRef: { name: istio }, thresholdRange: { max: 1 } }
+      - name: nginx
+        query: 'sum(rate(nginx_ingress_controller_requests{ingress=\"{{ ingress }}\",status!~\"5.*\"}[1m])) + sum(http_requests_total{kubernetes_pod_name=~\"{{ target }}-[0-9a-z]+\"})'
+        thresholdRange: { min: 1 }
+"
+        )
+    );
+    let (v, notes, yaml) = run(&yaml);
+    has(
+        &notes,
+        "spec.query: reads response_total (from Linkerd's proxy), which weir does not export: weir check cannot know it; unless it comes from your Prometheus",
+    );
+    has(
+        &notes,
+        "spec.query: weir exports no series \"weir_request_total\": did you mean weir_requests_total?; weir check refuses the query",
+    );
+    has(
+        &notes,
+        "spec.query: weir exports no series \"istio_request_duration_seconds_bucket\": did you mean istio_request_duration_milliseconds_bucket?; weir check accepts the query",
+    );
+    has(
+        &notes,
+        "spec.analysis.metrics[4].query: reads nginx_ingress_controller_requests (from the NGINX ingress controller), http_requests_total, which weir does not export",
+    );
+    has(
+        &notes,
+        "spec.analysis.metrics[4].query: selects by kubernetes_pod_name: weir's slots are not Kubernetes pods",
+    );
+    // The Istio-named template is exported under admin.flaggerMetrics, and noted for nothing.
+    assert_eq!(v["admin"]["flaggerMetrics"], true, "{yaml}");
+    assert!(
+        !notes.iter().any(|n| n.contains("istio_requests_total")),
+        "{notes:#?}"
+    );
+    // The only series weir check can judge is the weir_ one.
+    let errors = refused(&yaml);
+    assert_eq!(
+        errors,
+        [(
+            "metricTemplates.typo.query".to_string(),
+            "weir exports no series \"weir_request_total\": did you mean weir_requests_total?"
+                .to_string()
+        )]
     );
 }

@@ -108,3 +108,32 @@ impl ScrapeSection for ProviderMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::series::family;
+
+    /// `weir check` judges queries against `config::series`; every series rendered
+    /// here must be there, with its kind, or a valid query would be refused.
+    #[test]
+    fn every_series_rendered_here_is_in_configs_list() {
+        let board = ProviderBoard::new();
+        board.update("docker", |p| {
+            p.backends.insert("app".into(), Default::default());
+        });
+        let mut out = String::new();
+        ProviderMetrics(board).render(&mut out);
+        let types: Vec<(&str, &str)> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+            .collect();
+        assert_eq!(types.len(), 6, "{out}");
+        for (name, kind) in types {
+            let Some(f) = family(name) else {
+                panic!("{name} is rendered but not in config::series");
+            };
+            assert_eq!(kind, f.kind.type_name(), "{name}");
+        }
+    }
+}

@@ -4,13 +4,15 @@
 //!   these tests in Flagger's format (Canary, MetricTemplate, AlertProvider and
 //!   the Kubernetes kinds beside them), each saying at its top what it covers.
 //!   The output is YAML with the mapped sections, lists what it could not map,
-//!   passes `weir check` once its placeholders are filled, and one of them runs
-//!   a canary analysis with the builtin metrics under `weir serve`;
+//!   passes `weir check` once its placeholders are filled (unless a metric refers
+//!   to a template that is not in the input: then check refuses it, naming it),
+//!   and one of them runs a canary analysis with the builtin metrics under
+//!   `weir serve`;
 //! - Flagger's real manifests, read from `../shared/flagger_manifests/` next to
 //!   the checkout when it is there (CI always has it; a plain clone does not, and
 //!   those tests then print a SKIP line and pass): each imports with the
 //!   canaries, templates, providers and notes it gives today, and its filled
-//!   output passes `weir check`.
+//!   output passes `weir check`, or is refused for the metrics that cannot run.
 
 use crate::proto_support;
 
@@ -174,7 +176,7 @@ fn cases() -> Vec<Case> {
             ],
             &[
                 "spec.service.portName",
-                "metrics[0].templateRef: MetricTemplate \"error-ratio\" is not among the imported ones",
+                "metrics[0].templateRef: MetricTemplate \"error-ratio\" is not among the imported ones: metric \"error-ratio\" keeps its templateRef",
                 "metrics[1].templateRef: MetricTemplate \"p95-latency\"",
             ],
         ),
@@ -321,12 +323,36 @@ fn every_fixture_maps_to_yaml_with_its_sections_and_lists_what_it_could_not_map(
     }
 }
 
+/// What `weir check` must say when it refuses the filled output of these fixtures:
+/// their metrics refer to templates that are not in the input. The other fixtures pass.
+fn refused_once_filled(files: &[&str]) -> &'static [&'static str] {
+    match files {
+        ["gatewayapi-session-affinity.yaml"] => &[
+            "canaries[0].analysis.metrics[0].templateRef.name: unknown metric template \"error-ratio\"",
+            "canaries[0].analysis.metrics[1].templateRef.name: unknown metric template \"p95-latency\"",
+        ],
+        _ => &[],
+    }
+}
+
 #[test]
-fn filled_outputs_pass_weir_check() {
+fn filled_outputs_pass_weir_check_unless_a_metric_cannot_run() {
     for (files, _, _) in cases() {
         let (yaml, _) = import(files);
         let (ok, text) = check(&fill(&yaml, &slots(&["storefront"]), None), "import-check");
-        assert!(ok, "{files:?}: weir check failed:\n{text}\n---\n{yaml}");
+        let refused = refused_once_filled(files);
+        if refused.is_empty() {
+            assert!(ok, "{files:?}: weir check failed:\n{text}\n---\n{yaml}");
+            continue;
+        }
+        assert!(!ok, "{files:?}: weir check passed:\n{text}\n---\n{yaml}");
+        for word in refused {
+            assert!(text.contains(word), "{files:?}: {word:?} not in: {text}");
+        }
+        assert!(
+            text.contains(&format!("due to {} previous errors", refused.len())),
+            "{files:?}: other errors than the metrics': {text}"
+        );
     }
 }
 
@@ -552,6 +578,9 @@ struct RealCase {
     words: &'static [&'static str],
     /// Words `weir check` must say on the filled output.
     check_says: &'static [&'static str],
+    /// `weir check` refuses the filled output (for metrics that cannot run, which
+    /// `check_says` names: that many errors and no other).
+    refused: bool,
 }
 
 fn real_cases() -> Vec<RealCase> {
@@ -568,8 +597,17 @@ fn real_cases() -> Vec<RealCase> {
                 ("/canaries/0/analysis/iterations", json!(10)),
                 ("/canaries/0/analysis/match/0/headers/x-canary/exact", json!("insider")),
                 ("/canaries/0/analysis/webhooks/0/metadata/logCmdOutput", json!("true")),
-                // Both metrics refer to templates that are not in the file: left out.
-                ("/canaries/0/analysis/metrics", Value::Null),
+                // Both metrics refer to templates that are not in the file: kept, for
+                // weir check to refuse until the user gives the templates.
+                (
+                    "/canaries/0/analysis/metrics/0",
+                    json!({"name": "error-rate", "templateRef": {"name": "error-rate", "namespace": "flagger-system"},
+                           "thresholdRange": {"max": 1}, "interval": "1m"}),
+                ),
+                (
+                    "/canaries/0/analysis/metrics/1/templateRef",
+                    json!({"name": "latency", "namespace": "flagger-system"}),
+                ),
             ],
             notes: &[
                 "Canary ab-test/podinfo spec.service.gatewayRefs",
@@ -578,10 +616,14 @@ fn real_cases() -> Vec<RealCase> {
                 "Canary ab-test/podinfo spec.analysis.metrics[1].templateRef",
             ],
             words: &[
-                "MetricTemplate \"error-rate\" is not among the imported ones",
-                "metric \"latency\" is left out",
+                "MetricTemplate \"error-rate\" is not among the imported ones: metric \"error-rate\" keeps its templateRef, and weir check refuses it",
+                "MetricTemplate \"latency\" is not among the imported ones: metric \"latency\" keeps its templateRef",
             ],
-            check_says: &[],
+            check_says: &[
+                "canaries[0].analysis.metrics[0].templateRef.name: unknown metric template \"error-rate\": metricTemplates is empty",
+                "canaries[0].analysis.metrics[1].templateRef.name: unknown metric template \"latency\": metricTemplates is empty",
+            ],
+            refused: true,
         },
         RealCase {
             file: "gatewayapi-test-bg.yaml",
@@ -594,18 +636,25 @@ fn real_cases() -> Vec<RealCase> {
                 ("/canaries/0/analysis/iterations", json!(5)),
                 ("/canaries/0/analysis/webhooks/0/type", json!("pre-rollout")),
                 ("/canaries/0/analysis/webhooks/1/name", json!("load-test")),
-                ("/canaries/0/analysis/metrics", Value::Null),
+                (
+                    "/canaries/0/analysis/metrics/0/templateRef/name",
+                    json!("request-duration"),
+                ),
             ],
             notes: &[
                 "Canary bg-test/podinfo spec.service.gatewayRefs",
                 "Canary bg-test/podinfo spec.service.portName",
                 "Canary bg-test/podinfo spec.analysis.metrics[0].templateRef",
+                "Canary bg-test/podinfo spec.analysis.metrics[0].threshold",
             ],
             words: &[
                 "MetricTemplate \"request-duration\" is not among the imported ones",
-                "metric \"custom-requst-duration\" is left out",
+                "metric \"custom-requst-duration\" keeps its templateRef",
             ],
-            check_says: &[],
+            check_says: &[
+                "canaries[0].analysis.metrics[0].templateRef.name: unknown metric template \"request-duration\"",
+            ],
+            refused: true,
         },
         RealCase {
             file: "istio-podinfo-alertprovider.yaml",
@@ -643,6 +692,7 @@ fn real_cases() -> Vec<RealCase> {
                 "the secretRef's address wins",
             ],
             check_says: &[],
+            refused: false,
         },
         RealCase {
             file: "kubernetes-blue-green.yaml",
@@ -662,21 +712,29 @@ fn real_cases() -> Vec<RealCase> {
                 ("/admin/flaggerMetrics", Value::Null),
             ],
             notes: &[
+                "MetricTemplate test/not-found-percentage spec.query",
+                "MetricTemplate test/not-found-percentage spec.query",
                 "Canary test/podinfo spec.service.portDiscovery",
                 "Canary test/podinfo spec.autoscalerRef",
                 "Canary test/podinfo spec.provider",
             ],
-            words: &["there is no mesh or ingress controller to drive"],
+            words: &[
+                "there is no mesh or ingress controller to drive",
+                // podinfo's own series, selected by pod name.
+                "reads http_request_duration_seconds_count, which weir does not export: weir check cannot know it",
+                "selects by kubernetes_pod_name: weir's slots are not Kubernetes pods",
+            ],
             // The template is imported although the canary does not use it.
             check_says: &["metricTemplates.not-found-percentage: no metric uses this template"],
+            refused: false,
         },
         linkerd_case("linkerd-podinfo-templates.yaml"),
         linkerd_case("linkerd-tutorial.yaml"),
     ]
 }
 
-/// The Linkerd tutorial's two MetricTemplates (with `variables.direction`)
-/// and its Canary that uses them; two of the real files hold it.
+/// The Linkerd tutorial's two MetricTemplates (with `variables.direction`, on
+/// Linkerd's own series) and its Canary that uses them; two of the real files hold it.
 fn linkerd_case(file: &'static str) -> RealCase {
     RealCase {
         file,
@@ -703,11 +761,20 @@ fn linkerd_case(file: &'static str) -> RealCase {
             ("/admin/flaggerMetrics", Value::Null),
         ],
         notes: &[
+            "MetricTemplate test/success-rate spec.query",
+            "MetricTemplate test/latency spec.query",
             "Canary test/podinfo spec.service.gatewayRefs",
             "Canary test/podinfo spec.autoscalerRef",
         ],
-        words: &["weir's listeners take the place of the gateway"],
+        words: &[
+            "weir's listeners take the place of the gateway",
+            // Linkerd's series: weir check cannot know them, the notes say where they
+            // must come from.
+            "success-rate (FILE) spec.query: reads response_total (from Linkerd's proxy), which weir does not export: weir check cannot know it; unless it comes from your Prometheus",
+            "latency (FILE) spec.query: reads response_latency_ms_bucket (from Linkerd's proxy), which weir does not export",
+        ],
         check_says: &[],
+        refused: false,
     }
 }
 
@@ -779,8 +846,9 @@ fn flaggers_real_manifests_import_with_the_names_and_notes_they_give_today() {
             .collect();
         assert_eq!(fields, c.notes, "{}: the notes\n{listed}", c.file);
         for word in c.words {
+            let word = word.replace("FILE", &path);
             assert!(
-                listed.contains(word),
+                listed.contains(&word),
                 "{}: {word:?} not in the notes:\n{listed}",
                 c.file
             );
@@ -801,8 +869,8 @@ fn flaggers_real_manifests_import_with_the_names_and_notes_they_give_today() {
 }
 
 #[test]
-fn flaggers_real_manifests_pass_weir_check_once_filled() {
-    let test = "flaggers_real_manifests_pass_weir_check_once_filled";
+fn flaggers_real_manifests_once_filled_pass_weir_check_unless_a_metric_cannot_run() {
+    let test = "flaggers_real_manifests_once_filled_pass_weir_check_unless_a_metric_cannot_run";
     let Some(dir) = real_manifests(test) else {
         return;
     };
@@ -815,9 +883,48 @@ fn flaggers_real_manifests_pass_weir_check_once_filled() {
             c.file
         );
         let (ok, text) = check(&fill(&yaml, &slots(&["podinfo"]), None), "import-real");
-        assert!(ok, "{}: weir check failed:\n{text}\n---\n{yaml}", c.file);
+        if c.refused {
+            assert!(!ok, "{}: weir check passed:\n{text}\n---\n{yaml}", c.file);
+            assert!(
+                text.contains(&format!("due to {} previous error", c.check_says.len())),
+                "{}: other errors than the metrics': {text}",
+                c.file
+            );
+        } else {
+            assert!(ok, "{}: weir check failed:\n{text}\n---\n{yaml}", c.file);
+        }
         for word in c.check_says {
             assert!(text.contains(word), "{}: {word:?} not in: {text}", c.file);
         }
     }
+}
+
+/// Flagger's A/B test refers to two MetricTemplates it does not ship. The import keeps
+/// both metrics, so the release is not judged on nothing: `weir check` refuses the
+/// config until the templates are written, then passes.
+#[test]
+fn flaggers_ab_test_fails_closed_until_its_templates_are_written() {
+    let test = "flaggers_ab_test_fails_closed_until_its_templates_are_written";
+    let Some(dir) = real_manifests(test) else {
+        return;
+    };
+    let path = dir.join("gatewayapi-test-ab.yaml");
+    let (yaml, _) = import_paths(&[path.to_string_lossy().into_owned()]);
+    let filled = fill(&yaml, &slots(&["podinfo"]), None);
+    let (ok, text) = check(&filled, "import-ab-missing");
+    assert!(
+        !ok && text.contains("unknown metric template \"error-rate\"")
+            && text.contains("unknown metric template \"latency\""),
+        "{text}"
+    );
+    let templates = "metricTemplates:\n  error-rate:\n    provider: { type: prometheus, address: \"http://127.0.0.1:9090\" }\n    query: |\n      100 * sum(rate(weir_requests_total{route=\"{{ target }}\",role=\"canary\",code=~\"5..\"}[{{ interval }}]))\n        / sum(rate(weir_requests_total{route=\"{{ target }}\",role=\"canary\"}[{{ interval }}]))\n  latency:\n    provider: { type: prometheus, address: \"http://127.0.0.1:9090\" }\n    query: |\n      histogram_quantile(0.99, sum(rate(weir_request_duration_seconds_bucket{route=\"{{ target }}\",role=\"canary\"}[{{ interval }}])) by (le))\n";
+    let (ok, text) = check(&format!("{templates}{filled}"), "import-ab-written");
+    assert!(ok, "{text}");
+    // A typo in a weir series is refused too, with the name meant.
+    let typo = templates.replacen("weir_requests_total", "weir_request_total", 1);
+    let (ok, text) = check(&format!("{typo}{filled}"), "import-ab-typo");
+    assert!(
+        !ok && text.contains("metricTemplates.error-rate.query: weir exports no series \"weir_request_total\": did you mean weir_requests_total?"),
+        "{text}"
+    );
 }

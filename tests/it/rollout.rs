@@ -989,7 +989,9 @@ async fn custom_metrics_are_queried_from_a_real_prometheus() {
         .port();
     let prom = format!("http://127.0.0.1:{port}");
     let good = "100 * sum(rate(weir_requests_total{route=\\\"{{ route }}\\\",role=\\\"canary\\\",code!~\\\"5..\\\"}[{{ interval }}])) / sum(rate(weir_requests_total{route=\\\"{{ route }}\\\",role=\\\"canary\\\"}[{{ interval }}]))";
-    let empty = "sum(rate(weir_no_such_metric_total{route=\\\"{{ route }}\\\"}[{{ interval }}]))";
+    // A series weir exports, on a route that does not exist: no data. (A weir series
+    // weir does not export would be refused by validation before any check ran.)
+    let empty = "sum(rate(weir_requests_total{route=\\\"no-such-{{ route }}\\\"}[{{ interval }}]))";
     let yaml = format!(
         "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\nbackends:\n  app-blue:\n    endpoints: [\"{}\"]\n    revisionPath: /version\n  app-green:\n    endpoints: [\"{}\"]\n    revisionPath: /version\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n  - name: other\n    hosts: [other.test]\n    primary: app-blue\n    canary: app-green\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 1s\n      threshold: 30\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: canary-success\n          thresholdRange: {{ min: 99 }}\n          interval: 5s\n          prometheusUrl: {prom}\n          query: \"{good}\"\n  - name: other\n    route: other\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: nothing\n          thresholdRange: {{ min: 1 }}\n          interval: 5s\n          prometheusUrl: {prom}\n          query: \"{empty}\"\n",
         v1.addr, v2.addr

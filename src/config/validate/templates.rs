@@ -1,14 +1,20 @@
-//! `metricTemplates:` (DESIGN §13) and the metrics that use them (`templateRef`,
-//! `templateVariables`), and the template syntax of inline `query` metrics.
+//! `metricTemplates:` and the metrics that use them (`templateRef`, `templateVariables`),
+//! and the template syntax of inline `query` metrics.
 //!
 //! A template is checked once where it is defined (provider, fields, template syntax:
 //! an unknown `{{ … }}` is an error at `metricTemplates.NAME.query`), then at every use
 //! with the values it will run with: a `{{ variables.X }}` the metric does not set is an
 //! error at the metric's `templateVariables`, and a web URL or header must still be one
 //! after rendering. So a config that loads never sends a half-rendered query.
+//!
+//! A metric that could never be measured is refused here rather than found failing its
+//! checks mid-release: a `templateRef` to no template, a provider weir does not have, a
+//! query (a template's or an inline one) that reads a `weir_*` series weir does not
+//! export (`config::series`).
 
 use super::alerts::{check_ca_file, check_url, Secret};
 use super::*;
+use crate::config::series;
 use crate::config::template::{self, TemplateVars};
 use std::path::PathBuf;
 
@@ -75,6 +81,16 @@ fn check_syntax(errs: &mut Errors, path: &str, src: &str) -> bool {
             false
         }
     }
+}
+
+/// Refuses each `weir_*` series `query` reads that weir does not export: it would find
+/// no data at every check. True when there is none.
+fn check_series(errs: &mut Errors, path: &str, query: &str) -> bool {
+    let unknown = series::unknown_weir_series(query);
+    for (_, why) in &unknown {
+        errs.push(path, why.clone());
+    }
+    unknown.is_empty()
 }
 
 /// Reads a non-empty token file (relative to the config's directory).
@@ -195,7 +211,8 @@ fn validate_template(
                 }
                 Some(_) => {
                     let q = t.query.clone().unwrap_or_default();
-                    check_syntax(errs, &format!("{p}.query"), &q).then_some(q)
+                    let qp = format!("{p}.query");
+                    (check_syntax(errs, &qp, &q) & check_series(errs, &qp, &q)).then_some(q)
                 }
             };
             match (address, query) {
@@ -437,11 +454,14 @@ pub(super) fn use_template(
     })
 }
 
-/// An inline `query`: its template syntax (error at `{mp}.query`) and its variables.
+/// An inline `query`: its template syntax and the weir series it reads (errors at
+/// `{mp}.query`), and its variables.
 pub(super) fn check_inline_query(mp: &str, query: &str, vars: &TemplateVars, errs: &mut Errors) {
-    if check_syntax(errs, &format!("{mp}.query"), query) {
+    let qp = format!("{mp}.query");
+    if check_syntax(errs, &qp, query) {
         check_variables(errs, mp, "the query", query, vars);
     }
+    check_series(errs, &qp, query);
 }
 
 #[cfg(test)]

@@ -76,6 +76,60 @@ fn an_undefined_template_is_an_error_at_the_ref() {
     assert!(e.contains("metricTemplates is empty"), "{e}");
 }
 
+/// A metric whose template has a provider weir lacks is refused where the provider is
+/// named; the metric itself adds no second error.
+#[test]
+fn a_template_with_an_unknown_provider_refuses_its_metric() {
+    let dd = "metricTemplates:\n  error-rate:\n    provider: { type: datadog, address: \"https://api.datadoghq.com\" }\n    query: \"avg:requests.error.rate{service:{{ target }}}\"\n";
+    let yaml = config(dd, USE);
+    let e = error_at(&yaml, "metricTemplates.error-rate.provider.type");
+    assert_eq!(
+        e,
+        "unsupported provider type \"datadog\"; weir has prometheus, web"
+    );
+    assert_eq!(errors(&yaml).errors.len(), 1, "{}", errors(&yaml));
+}
+
+#[test]
+fn a_query_reading_a_weir_series_weir_does_not_export_is_refused_with_the_closest_name() {
+    let yaml = config(
+        &PROM.replace("weir_requests_total", "weir_request_total"),
+        USE,
+    );
+    let e = error_at(&yaml, "metricTemplates.error-rate.query");
+    assert_eq!(
+        e,
+        "weir exports no series \"weir_request_total\": did you mean weir_requests_total?"
+    );
+    // An inline query is held to the same list.
+    let inline = "        - name: p99\n          prometheusUrl: http://127.0.0.1:9090\n          query: \"histogram_quantile(0.99, sum(rate(weir_request_duration_seconds{route=\\\"{{ route }}\\\"}[{{ interval }}])) by (le))\"\n          thresholdRange: { max: 1 }\n";
+    let e = error_at(&config("", inline), "canaries[0].analysis.metrics[0].query");
+    assert!(
+        e.contains("is a histogram") && e.contains("weir_request_duration_seconds_bucket"),
+        "{e}"
+    );
+}
+
+/// Queries on weir's series, Flagger's and Istio's names and other exporters' series
+/// (which weir cannot know) all load; so do template variables anywhere in them.
+#[test]
+fn queries_on_exported_or_foreign_series_pass() {
+    let queries = [
+        "histogram_quantile(0.99, sum(rate(weir_request_duration_seconds_bucket{route=\\\"{{ route }}\\\",role=\\\"canary\\\"}[{{ interval }}])) by (le))",
+        "sum(rate(istio_requests_total{destination_workload=~\\\"{{ target }}\\\",response_code!~\\\"5.*\\\"}[{{ interval }}])) / sum(rate(istio_requests_total[{{ interval }}])) * 100",
+        "sum(rate(response_total{namespace=\\\"{{ namespace }}\\\",deployment=~\\\"{{ target }}\\\"}[{{ interval }}])) + max(weir_canary_failed_checks) + flagger_canary_status",
+        "sum(rate(weir_{{ variables.kind }}_total[1m]))",
+    ];
+    for q in queries {
+        let inline = format!(
+            "        - name: q\n          prometheusUrl: http://127.0.0.1:9090\n          templateVariables: {{ kind: requests }}\n          query: \"{q}\"\n          thresholdRange: {{ max: 1 }}\n"
+        );
+        if let Err(e) = parse_yaml(&config("", &inline), "t.yaml", Path::new(".")) {
+            panic!("{q}: {e}");
+        }
+    }
+}
+
 #[test]
 fn a_missing_variable_is_an_error_at_the_metrics_template_variables() {
     let yaml = config(PROM, &USE.replace("code", "other"));

@@ -416,3 +416,50 @@ fn the_text_is_well_formed() {
         );
     }
 }
+
+/// `weir check` judges queries against `config::series`; every series rendered here
+/// (Flagger's and Istio's names included) must be there with its kind, or a valid
+/// query would be refused.
+#[test]
+fn every_series_rendered_here_is_in_configs_list() {
+    use crate::config::series::{exported, family, FAMILIES};
+    let m = RolloutMetrics::new(true).with_canary_routes([("app".into(), "app".into())]);
+    m.update(&def(), &state(Phase::Progressing, 10), true);
+    let mut out = "# TYPE weir_requests_total counter\nweir_requests_total{route=\"app\",role=\"canary\",backend=\"app-green\",code=\"200\"} 1\nweir_request_duration_seconds_bucket{route=\"app\",role=\"canary\",backend=\"app-green\",le=\"+Inf\"} 1\nweir_request_duration_seconds_sum{route=\"app\",role=\"canary\",backend=\"app-green\"} 0.1\nweir_request_duration_seconds_count{route=\"app\",role=\"canary\",backend=\"app-green\"} 1\n".to_string();
+    m.render(&mut out);
+    let mut rendered = Vec::new();
+    for (name, kind) in out
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+    {
+        let Some(f) = family(name) else {
+            panic!("{name} is rendered but not in config::series:\n{out}");
+        };
+        assert_eq!(kind, f.kind.type_name(), "{name}");
+        rendered.push(name);
+    }
+    for source in [include_str!("text.rs"), include_str!("mesh.rs")] {
+        for prefix in ["\"weir_", "\"flagger_", "\"istio_"] {
+            for (i, _) in source.match_indices(prefix) {
+                let rest = &source[i + 1..];
+                let name = &rest[..rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len())];
+                // A prefix the mesh matches lines by (`"weir_request"`) names no series.
+                if FAMILIES
+                    .iter()
+                    .any(|f| f.name != name && f.name.starts_with(name))
+                {
+                    continue;
+                }
+                let Some(f) = family(name).or_else(|| exported(name)) else {
+                    panic!("{name} is not in config::series");
+                };
+                // The data plane's series are the input here, not the output.
+                if !f.name.starts_with("weir_request") {
+                    assert!(rendered.contains(&f.name), "{name} not rendered:\n{out}");
+                }
+            }
+        }
+    }
+}
