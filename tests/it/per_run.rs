@@ -11,7 +11,6 @@
 use crate::support;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,17 +32,15 @@ struct Traffic {
     proxy: Arc<Mutex<Option<SocketAddr>>>,
     /// Answers per version, and failures, of every batch so far.
     answers: Arc<Mutex<Vec<(String, u16)>>>,
-    batches: Arc<AtomicU64>,
 }
 
 impl Traffic {
     async fn start(batch: u64) -> Traffic {
         let proxy: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
         let answers: Arc<Mutex<Vec<(String, u16)>>> = Arc::default();
-        let batches = Arc::new(AtomicU64::new(0));
-        let (p, a, b) = (proxy.clone(), answers.clone(), batches.clone());
+        let (p, a) = (proxy.clone(), answers.clone());
         let handler: weir::demo::HookHandler = Arc::new(move |_path, _payload| {
-            let (p, a, b) = (p.clone(), a.clone(), b.clone());
+            let (p, a) = (p.clone(), a.clone());
             Box::pin(async move {
                 let to = *p.lock().unwrap();
                 if let Some(proxy) = to {
@@ -53,7 +50,6 @@ impl Traffic {
                         a.lock().unwrap().push(got);
                     }
                 }
-                b.fetch_add(1, Ordering::SeqCst);
                 (200, String::new())
             })
         });
@@ -64,7 +60,6 @@ impl Traffic {
             server,
             proxy,
             answers,
-            batches,
         }
     }
 
@@ -237,4 +232,111 @@ async fn a_check_counts_only_this_runs_requests_to_the_backend_in_the_role() {
         started.time_ms
     );
     drop((v1, v2, v3, v4));
+}
+
+/// The success rate judged by the sequential test against the primary: 5 points of
+/// errors are worth catching, and a false rollback may happen once in a thousand runs.
+fn judged(max_holds: u32) -> String {
+    format!(
+        "        - name: request-success-rate\n          interval: 10m\n          minRequests: 10\n          judge:\n            sequential: {{ alpha: 0.001 }}\n            minimumEffect: {{ errors: 5 }}\n            onInconclusive: pause\n            maxHolds: {max_holds}\n"
+    )
+}
+
+fn events(s: &CanaryStatus, reason: &str) -> usize {
+    s.events.iter().filter(|e| e.reason == reason).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sequential_judge_promotes_a_a_runs_and_rolls_back_a_20_percent_error_canary() {
+    // Every version fails 2 % of its requests.
+    let v1 = echo_with("v1", 0.02, Duration::ZERO).await;
+    let traffic = Traffic::start(200).await;
+    let yaml = config(v1.addr, v1.addr, &traffic.server.url("/t"), 1, &judged(100));
+    let app = start(&yaml).await;
+    traffic.send_through(&app);
+    wait(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
+    let mut keep = Vec::new();
+    for n in 1..=3 {
+        let v = echo_with(&format!("a{n}"), 0.02, Duration::ZERO).await;
+        let slot = app.engine.status("app").unwrap().canary_backend.unwrap();
+        deploy(&app, &slot, v.addr).await;
+        keep.push(v);
+        let (s, rev) = run_ended(&app, n, Phase::Succeeded).await;
+        assert_eq!(events(&s, "CheckFailed"), 0, "{s:#?}");
+        let passed = s
+            .events
+            .iter()
+            .filter(|e| e.revision.as_deref() == Some(rev.as_str()))
+            .flat_map(|e| &e.checks)
+            .find(|c| c.passed)
+            .expect("a passing check");
+        let j = passed
+            .sequential
+            .as_ref()
+            .expect("the sequential judgement");
+        assert_eq!(j.quantities[0].name, "errors");
+        assert!(j.quantities[0].upper.is_some_and(|u| u < 5.0), "{j:?}");
+    }
+    // A canary failing 20 % of its requests: failed at its first decided check.
+    let bad = echo_with("bad", 0.2, Duration::ZERO).await;
+    let slot = app.engine.status("app").unwrap().canary_backend.unwrap();
+    deploy(&app, &slot, bad.addr).await;
+    let (s, rev) = run_ended(&app, 4, Phase::Failed).await;
+    let failed = s
+        .events
+        .iter()
+        .filter(|e| e.reason == "CheckFailed" && e.revision.as_deref() == Some(rev.as_str()))
+        .flat_map(|e| &e.checks)
+        .find(|c| c.name == "request-success-rate")
+        .expect("a failed check");
+    assert!(
+        failed.reason.starts_with("fail: errors fail"),
+        "{}",
+        failed.reason
+    );
+    assert!(!failed.inconclusive);
+    drop((v1, keep, bad));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_two_requests_a_second_the_run_holds_then_pauses_without_a_failed_check() {
+    let v1 = echo_with("v1", 0.02, Duration::ZERO).await;
+    let v2 = echo_with("v2", 0.02, Duration::ZERO).await;
+    // Two requests per 1 s check: about one for each side.
+    let traffic = Traffic::start(2).await;
+    let yaml = config(v1.addr, v1.addr, &traffic.server.url("/t"), 1, &judged(3));
+    let app = start(&yaml).await;
+    traffic.send_through(&app);
+    wait(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
+    deploy(&app, "app-green", v2.addr).await;
+    let s = wait(&app, "the pause", |s| s.paused).await;
+    assert_eq!(s.phase, Phase::Progressing, "{s:#?}");
+    assert_eq!(s.failed_checks, 0);
+    assert_eq!(events(&s, "CheckFailed"), 0, "{s:#?}");
+    assert_eq!(
+        events(&s, "Inconclusive"),
+        4,
+        "three holds, then the pause: {s:#?}"
+    );
+    assert_eq!(events(&s, "Paused"), 1);
+    assert_eq!(s.canary_weight, 50, "held at its step");
+    let held = s
+        .events
+        .iter()
+        .find(|e| e.reason == "Inconclusive")
+        .expect("a hold");
+    assert!(
+        held.message.contains("inconclusive 1/3"),
+        "{}",
+        held.message
+    );
+    assert!(
+        held.message.contains("more canary requests needed"),
+        "{}",
+        held.message
+    );
+    let c = &held.checks[0];
+    assert!(c.inconclusive && !c.passed, "{c:#?}");
+    assert!(c.evidence.is_some_and(|e| e < 1.0), "{c:#?}");
+    drop((v1, v2));
 }
