@@ -257,11 +257,15 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
         out.push_str(&format!("data plane problem: {e}\n"));
     }
     for m in &c.last_checks.metrics {
-        let verdict = match (m.passed, m.dry_run) {
-            (true, false) => "ok",
-            (false, false) => "FAILED",
-            (true, true) => "ok (dry run)",
-            (false, true) => "would fail (dry run)",
+        let verdict = match (m.passed, m.inconclusive, m.dry_run) {
+            (true, _, false) => "ok".to_string(),
+            (false, true, _) => format!(
+                "INCONCLUSIVE (evidence {:.0}%, step held)",
+                100.0 * m.evidence.unwrap_or(0.0)
+            ),
+            (false, false, false) => "FAILED".to_string(),
+            (true, _, true) => "ok (dry run)".to_string(),
+            (false, false, true) => "would fail (dry run)".to_string(),
         };
         out.push_str(&format!(
             "check {}: {} ({}) {verdict}\n",

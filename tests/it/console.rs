@@ -794,6 +794,21 @@ async fn a_release_seen_and_driven_in_a_real_browser() {
         "paused: no tick until resumed"
     );
 
+    // A check the judge could not decide yet is shown held, with its evidence, apart
+    // from a pass and a failure.
+    let held = ro
+        .eval(&mut b, "(() => { const n = weirConsole.lastChecks({lastChecks:{metrics:[{name:'request-success-rate', passed:false, inconclusive:true, evidence:0.25, value:99.1}, {name:'request-duration', passed:false, value:700}]}}); return JSON.stringify([...n.children].map(d => [d.className, d.textContent])); })()")
+        .await;
+    assert_eq!(
+        held,
+        r#"[["held","… request-success-rate inconclusive, evidence 25%"],["fail","✗ request-duration 700.00"]]"#
+    );
+    assert_eq!(
+        ro.eval(&mut b, "weirConsole.verdictClass({passed:true})")
+            .await,
+        "pass"
+    );
+
     let errors = std::mem::take(&mut b.errors);
     assert!(errors.is_empty(), "the pages reported errors: {errors:#?}");
     b.close().await;

@@ -98,7 +98,7 @@
     return { min: m ? m.min : null, max: m ? m.max : null };
   }
 
-  window.weirConsole = { planChips, runEvents, countdown, range };
+  window.weirConsole = { planChips, runEvents, countdown, range, lastChecks, verdictClass };
 
   // ------------------------------------------------------------ formatting
 
@@ -326,11 +326,18 @@
     return el('td', {}, backend || '–', revision ? el('div', { class: 'muted' }, revision) : null);
   }
 
+  // An Inconclusive check is neither a pass nor a failure: the step is held.
+  function verdictClass(c) { return c.passed ? 'pass' : (c.inconclusive ? 'held' : 'fail'); }
+  function verdictMark(c) { return c.passed ? '✓ ' : (c.inconclusive ? '… ' : '✗ '); }
+  function evidence(c) {
+    return 'inconclusive, evidence ' + (c.evidence == null ? '–' : Math.round(100 * c.evidence) + '%');
+  }
+
   function lastChecks(st) {
     const ms = (st.lastChecks && st.lastChecks.metrics) || [];
     if (!ms.length) return el('span', { class: 'muted' }, 'none yet');
-    return el('span', {}, ms.map((m) => el('div', { class: m.passed ? 'pass' : 'fail' },
-      (m.passed ? '✓ ' : '✗ ') + m.name + ' ' + fmtNum(m.value, 2))));
+    return el('span', {}, ms.map((m) => el('div', { class: verdictClass(m), title: m.reason || '' },
+      verdictMark(m) + m.name + ' ' + (m.inconclusive ? evidence(m) : fmtNum(m.value, 2)))));
   }
 
   function drawOverview() {
@@ -486,9 +493,9 @@
     for (const e of run.slice().reverse()) for (const c of e.checks || []) checks.push([e.timeMs, c]);
     $('checks').replaceChildren(
       el('thead', {}, el('tr', {}, el('th', {}, 'time'), el('th', {}, 'check'), el('th', {}, 'value'), el('th', { class: 'hide-narrow' }, 'reason'))),
-      el('tbody', {}, checks.length ? checks.slice(0, 40).map(([t, c]) => el('tr', { class: c.passed ? 'pass' : 'fail' },
-        el('td', { class: 'num' }, fmtTime(t)), el('td', {}, (c.passed ? '✓ ' : '✗ ') + c.name),
-        el('td', { class: 'num' }, fmtNum(c.value, 2)), el('td', { class: 'hide-narrow' }, c.reason)))
+      el('tbody', {}, checks.length ? checks.slice(0, 40).map(([t, c]) => el('tr', { class: verdictClass(c) },
+        el('td', { class: 'num' }, fmtTime(t)), el('td', {}, verdictMark(c) + c.name),
+        el('td', { class: 'num' }, c.inconclusive ? evidence(c) : fmtNum(c.value, 2)), el('td', { class: 'hide-narrow' }, c.reason)))
         : el('tr', { class: 'empty' }, el('td', { colspan: '4', class: 'muted' }, 'No check measured in this run yet.'))));
 
     $('timeline').replaceChildren(...(st.events || []).slice().reverse().map((e) =>

@@ -130,15 +130,26 @@ fn checks(s: &CanaryStatus) -> Vec<String> {
         let last = s.last_checks.metrics.iter().find(|r| r.name == m.name);
         let verdict = match last {
             None => "not measured yet".to_string(),
-            Some(r) => format!(
-                "{} {}",
-                r.value.map_or("-".into(), |v| format!("{v:.2}")),
-                match (r.passed, r.dry_run) {
-                    (true, _) => "ok".to_string(),
-                    (false, false) => format!("FAILED ({})", r.reason),
-                    (false, true) => format!("would fail, dry run ({})", r.reason),
-                }
-            ),
+            Some(r) => {
+                let window = r
+                    .window
+                    .as_ref()
+                    .map_or(String::new(), |w| format!(" [{}]", w.describe()));
+                format!(
+                    "{} {}{window}",
+                    r.value.map_or("-".into(), |v| format!("{v:.2}")),
+                    match (r.passed, r.inconclusive, r.dry_run) {
+                        (true, _, _) => "ok".to_string(),
+                        (false, true, _) => format!(
+                            "INCONCLUSIVE, evidence {:.0}%, step held ({})",
+                            100.0 * r.evidence.unwrap_or(0.0),
+                            r.reason
+                        ),
+                        (false, false, false) => format!("FAILED ({})", r.reason),
+                        (false, false, true) => format!("would fail, dry run ({})", r.reason),
+                    }
+                )
+            }
         };
         out.push(format!("  {:<24} {:<16} {verdict}", m.name, range));
     }

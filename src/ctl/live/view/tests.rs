@@ -147,3 +147,44 @@ fn a_run_ends_in_succeeded_or_failed() {
         "app: run finished: Failed (v2 rolled back; v1 serves) — Rolled back: 5 failed checks"
     );
 }
+
+#[test]
+fn an_inconclusive_check_is_shown_held_with_its_evidence_and_window() {
+    let mut s = status("Progressing", 20);
+    s.last_checks.metrics = vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "request-success-rate", "value": 99.2, "passed": false,
+            "inconclusive": true, "evidence": 0.4,
+            "reason": "inconclusive: errors inconclusive -0.10pp [-2.00, +1.80], evidence 40%",
+            "window": {"sinceMs": 43_205_000, "secs": 12, "role": "canary",
+                       "requests": 36, "primaryRequests": 144}
+        }))
+        .expect("a result"),
+        serde_json::from_value(serde_json::json!({
+            "name": "request-duration", "value": 12.0, "passed": true, "reason": "ok",
+            "window": {"sinceMs": 43_205_000, "secs": 12, "role": "canary",
+                       "requests": 36, "primaryRequests": 144}
+        }))
+        .expect("a result"),
+    ];
+    let v = View {
+        status: s,
+        stats: None,
+        events: Vec::new(),
+        error: None,
+    };
+    let screen = screen("x", &v, "60s", 0);
+    assert!(
+        screen.contains("99.20 INCONCLUSIVE, evidence 40%, step held (inconclusive: errors"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("evidence 40%) [36 canary requests since 12:00:05]"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("12.00 ok [36 canary requests since 12:00:05]"),
+        "{screen}"
+    );
+    assert!(!screen.contains("FAILED"), "{screen}");
+}
