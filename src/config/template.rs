@@ -1,6 +1,7 @@
 //! Flagger's query templates: `{{ name }}`, `{{ namespace }}`, `{{ target }}`,
 //! `{{ service }}`, `{{ ingress }}`, `{{ route }}`, `{{ interval }}` and
-//! `{{ variables.X }}` in a PromQL query, a web metric's URL or a header value.
+//! `{{ variables.X }}` in a PromQL query, a web metric's URL or a header value; and
+//! weir's `{{ runStart }}` and `{{ runAge }}`, which place a query in the current run.
 //!
 //! Flagger renders these with Go's `text/template` (`observers.RenderQuery`, with
 //! `missingkey=error`), each variable a niladic function. The subset a query template
@@ -10,9 +11,10 @@
 //! action (`{{ if }}`, pipelines, `{{ .Field }}`, Argo's `{{ args.x }}`) is refused
 //! with the reason, at `weir check`, never sent to a provider half-rendered.
 //!
-//! Every value is known when the config is loaded (the canary, its route, the metric's
-//! interval and variables), so a template that passes [`parse`] and whose variables are
-//! all defined always renders. PURE: no IO.
+//! Every value but the run's times is known when the config is loaded (the canary, its
+//! route, the metric's interval and variables), and the run's times always exist at a
+//! check, so a template that passes [`parse`] and whose variables are all defined
+//! always renders. PURE: no IO.
 
 use std::collections::BTreeMap;
 
@@ -21,7 +23,7 @@ use std::collections::BTreeMap;
 pub const NAMESPACE: &str = "default";
 
 /// The variable names Flagger's template model defines, besides `variables.X`.
-pub const VARIABLES: [&str; 7] = [
+pub const VARIABLES: [&str; 9] = [
     "name",
     "namespace",
     "target",
@@ -29,6 +31,8 @@ pub const VARIABLES: [&str; 7] = [
     "ingress",
     "route",
     "interval",
+    "runStart",
+    "runAge",
 ];
 
 /// One `{{ … }}` action.
@@ -71,6 +75,13 @@ pub struct TemplateVars {
     pub interval: String,
     /// `{{ variables.X }}`: the metric's `templateVariables`.
     pub variables: BTreeMap<String, String>,
+    /// `{{ runStart }}` (weir's own): the Unix time in seconds where the check's run
+    /// starts counting (the run's start, or a later change of the route made outside
+    /// the engine), for PromQL's `@` modifier or a comparison with `timestamp()`.
+    pub run_start: String,
+    /// `{{ runAge }}` (weir's own): the time since then as a Prometheus duration, at
+    /// least `1s`, so `rate(x[{{ runAge }}])` covers the run's traffic alone.
+    pub run_age: String,
 }
 
 impl TemplateVars {
@@ -80,6 +91,8 @@ impl TemplateVars {
             Var::Model("name") => Some(&self.name),
             Var::Model("namespace") => Some(&self.namespace),
             Var::Model("interval") => Some(&self.interval),
+            Var::Model("runStart") => Some(&self.run_start),
+            Var::Model("runAge") => Some(&self.run_age),
             Var::Model(_) => Some(&self.target),
             Var::Custom(k) => self.variables.get(k).map(String::as_str),
         }

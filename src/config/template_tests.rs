@@ -10,7 +10,17 @@ fn vars() -> TemplateVars {
             ("cluster".to_string(), "dev".to_string()),
             ("consumer_group".to_string(), "my_consumer".to_string()),
         ]),
+        run_start: "1796187646".into(),
+        run_age: "37s".into(),
     }
+}
+
+#[test]
+fn the_run_variables_are_substituted() {
+    assert_eq!(
+        render("rate(x[{{ runAge }}] @ {{ runStart }})", &vars()),
+        Ok("rate(x[37s] @ 1796187646)".to_string())
+    );
 }
 
 #[test]

@@ -19,16 +19,28 @@ use std::time::Duration;
 
 use super::convert::{CanaryDef, MetricSource, NAMESPACE};
 use super::spec::MetricSpec;
-use crate::config::template::{self, TemplateVars};
+use crate::config::template;
+pub use crate::config::template::TemplateVars;
 
 /// The values of `metric`'s template variables.
-pub fn vars(def: &CanaryDef, metric: &MetricSpec, source: &MetricSource) -> TemplateVars {
+pub fn vars(
+    def: &CanaryDef,
+    metric: &MetricSpec,
+    source: &MetricSource,
+    run_start_ms: Option<u64>,
+    now_ms: u64,
+) -> TemplateVars {
+    let start = run_start_ms.unwrap_or(now_ms).min(now_ms);
+    let age = Duration::from_millis(now_ms - start).max(Duration::from_secs(1));
     TemplateVars {
         name: def.spec.name.clone(),
         namespace: NAMESPACE.to_string(),
         target: def.route.clone(),
         interval: template::prometheus_duration(Duration::from_millis(metric.interval_ms)),
         variables: source.variables.clone(),
+        run_start: (start / 1000).to_string(),
+        // Whole seconds: PromQL reads `37s`, not `37250ms`, in every version.
+        run_age: template::prometheus_duration(Duration::from_secs(age.as_secs().max(1))),
     }
 }
 
@@ -100,7 +112,21 @@ mod tests {
             dry_run: false,
             ..Default::default()
         };
-        let v = vars(&def(), &m, &source(None));
+        let v = vars(
+            &def(),
+            &m,
+            &source(None),
+            Some(1_796_187_600_900),
+            1_796_187_637_500,
+        );
+        assert_eq!(
+            render("{{ runStart }} {{ runAge }}", &v, &source(None)),
+            Ok("1796187600 36s".to_string())
+        );
+        // Younger than a second, or no run: a range PromQL accepts.
+        let young = vars(&def(), &m, &source(None), Some(5_000), 5_200);
+        assert_eq!(young.run_age, "1s");
+        assert_eq!(vars(&def(), &m, &source(None), None, 9_000).run_start, "9");
         assert_eq!(
             render(
                 "{{ name }}/{{ namespace }}/{{ target }}/{{ service }}/{{ interval }}/{{ variables.code }}",

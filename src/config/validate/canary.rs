@@ -221,6 +221,9 @@ pub(super) fn validate_canaries(
                 target: c.route.clone(),
                 interval: crate::config::template::prometheus_duration(metric_interval),
                 variables: m.template_variables.clone(),
+                // Known at each check; any value shows that the template renders.
+                run_start: "0".to_string(),
+                run_age: crate::config::template::prometheus_duration(metric_interval),
             };
             let resolved = use_template(&mp, m, templates, raw_templates, &vars, errs);
             if m.template_ref.is_none() && m.query.is_none() && !m.template_variables.is_empty() {

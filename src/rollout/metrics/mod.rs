@@ -207,15 +207,14 @@ pub fn comparison_result(
 /// its value. A failure's reason names the template, if any.
 pub async fn prometheus_result(
     client: &HttpClient,
-    def: &CanaryDef,
     metric: &MetricSpec,
     source: &MetricSource,
     url: &str,
     query: &str,
+    vars: &templates::TemplateVars,
 ) -> MetricResult {
-    let vars = templates::vars(def, metric, source);
-    let request = templates::render(query, &vars, source)
-        .and_then(|q| Ok((q, templates::provider_headers(source, &vars)?)));
+    let request = templates::render(query, vars, source)
+        .and_then(|q| Ok((q, templates::provider_headers(source, vars)?)));
     let value = match request {
         Ok((rendered, headers)) => run_query(client, &headers, url, &rendered)
             .await
@@ -301,10 +300,11 @@ pub async fn measure(
                 let ca = def.metric_ca_files.get(i).cloned().flatten();
                 match (client.trusting(ca.as_deref()), &source.kind) {
                     (Ok(c), MetricKind::Prometheus { url, query }) => {
-                        prometheus_result(&c, def, metric, source, url, query).await
+                        let vars = templates::vars(def, metric, source, start, now_ms);
+                        prometheus_result(&c, metric, source, url, query, &vars).await
                     }
                     (Ok(c), MetricKind::Web(web)) => {
-                        let vars = templates::vars(def, metric, source);
+                        let vars = templates::vars(def, metric, source, start, now_ms);
                         web_metric::web_result(&c, metric, source, web, &vars).await
                     }
                     (Ok(_), _) => MetricResult {
