@@ -251,6 +251,7 @@ pub(super) fn build_status(
         iterations_total: a.iterations,
         failed_checks: st.failed_checks,
         threshold: a.effective_threshold(),
+        holds: st.holds,
         interval_ms: a.interval_ms,
         next_tick_ms: match st.last_tick_ms {
             Some(last) if !st.paused => Some(last.saturating_add(a.interval_ms)),

@@ -216,6 +216,9 @@ pub struct CanaryStatus {
     pub failed_checks: u32,
     /// Failed checks that roll back.
     pub threshold: u32,
+    /// Inconclusive checks in a row of the run (the sequential judge held the step).
+    #[serde(default)]
+    pub holds: u32,
     /// Time between two ticks (the analysis `interval`).
     #[serde(default)]
     pub interval_ms: u64,
