@@ -305,9 +305,23 @@ pub fn parse_window(s: Option<&str>) -> Result<u64, ApiError> {
     Ok(secs)
 }
 
+/// `maxAge`: how far back a window may reach, in ms (`1500ms`, `30s`); none: no limit.
+fn parse_max_age(s: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let Some(s) = s else { return Ok(None) };
+    crate::config::parse_duration(s)
+        .map(|d| Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad-request", Some("maxAge"), e))
+}
+
 fn get_stats(s: &ApiState, r: &ApiRequest) -> Result<ApiResponse, ApiError> {
     let window = parse_window(r.query_param("window").as_deref())?;
-    let now = stats_clock(s)?.now_sec(Instant::now());
+    let max_age = parse_max_age(r.query_param("maxAge").as_deref())?;
+    let now_ms = stats_clock(s)?.now_ms(Instant::now());
+    let now = now_ms / 1000;
+    // A window cut at maxAge holds only the whole seconds that began within it.
+    let window = max_age.map_or(window, |age| {
+        crate::stats::seconds_within(now_ms, age, window)
+    });
     let snap = s.store.load();
     let view = |name: &str| -> Option<RouteStats> {
         let route = snap.spec.routing.routes.iter().find(|x| x.name == name);

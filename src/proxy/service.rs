@@ -53,6 +53,11 @@ impl ProxyShared {
     pub fn now_sec(&self, now: Instant) -> u64 {
         now.duration_since(self.started).as_secs()
     }
+
+    /// The same clock in milliseconds: where in its second the stats clock is.
+    pub fn now_ms(&self, now: Instant) -> u64 {
+        u64::try_from(now.duration_since(self.started).as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 /// Per-connection facts the request path needs.

@@ -178,11 +178,14 @@ pub trait DataPlane: Send + Sync {
         def: &'a CanaryDef,
     ) -> BoxFuture<'a, Result<u64, DpError>>;
 
-    /// The route's stats per role over the last `window_secs` seconds.
+    /// The route's stats per role over the last `window_secs` seconds, and with
+    /// `max_age_ms` only over the whole seconds that began within that many ms (on the
+    /// plane's own clock: the plane knows where its seconds start).
     fn stats<'a>(
         &'a self,
         route: &'a str,
         window_secs: u64,
+        max_age_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<RoleStats, DpError>>;
 
     /// A backend's endpoints, revision path and readiness.
@@ -282,14 +285,23 @@ impl DataPlane for InProcess {
         &'a self,
         route: &'a str,
         window_secs: u64,
+        max_age_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
         Box::pin(async move {
+            let now_ms = u64::try_from(
+                Instant::now()
+                    .saturating_duration_since(self.started)
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX);
+            let window_secs = match max_age_ms {
+                Some(age) => crate::stats::seconds_within(now_ms, age, window_secs),
+                None => window_secs,
+            };
             let Some(stats) = self.store.route_stats(route) else {
                 return Ok(RoleStats::empty(window_secs));
             };
-            let now = Instant::now()
-                .saturating_duration_since(self.started)
-                .as_secs();
+            let now = now_ms / 1000;
             Ok(RoleStats {
                 primary: stats.snapshot(Role::Primary, now, window_secs),
                 canary: stats.snapshot(Role::Canary, now, window_secs),
@@ -392,12 +404,21 @@ impl Fleet {
 
     /// The sum of every plane's stats. One plane not answering fails the whole read:
     /// judging a canary on part of the fleet could pass a version that fails elsewhere.
-    pub async fn stats(&self, route: &str, window_secs: u64) -> Result<RoleStats, DpError> {
-        let mut sum = RoleStats::empty(window_secs);
+    pub async fn stats(
+        &self,
+        route: &str,
+        window_secs: u64,
+        max_age_ms: Option<u64>,
+    ) -> Result<RoleStats, DpError> {
+        let mut sum: Option<RoleStats> = None;
         for p in &self.planes {
-            sum.merge(&p.stats(route, window_secs).await?);
+            let one = p.stats(route, window_secs, max_age_ms).await?;
+            match &mut sum {
+                None => sum = Some(one),
+                Some(s) => s.merge(&one),
+            }
         }
-        Ok(sum)
+        Ok(sum.unwrap_or_else(|| RoleStats::empty(window_secs)))
     }
 
     /// A backend as the first plane that answers has it (backends are shared by the

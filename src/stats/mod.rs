@@ -38,7 +38,7 @@ pub use histogram::{
     bucket_index, bucket_lower_bound, bucket_representative, bucket_upper_bound, Histogram,
     BUCKETS, MAX_RELATIVE_ERROR, MAX_TRACKABLE_US, SUB_BUCKET_BITS,
 };
-pub use window::{RouteStats, Summary, WindowSnapshot, MAX_CAPACITY_SECS};
+pub use window::{seconds_within, RouteStats, Summary, WindowSnapshot, MAX_CAPACITY_SECS};
 
 /// Which side of a route served a request. Stats are kept per role because the
 /// rollout engine judges the canary against its own numbers, never mixed with

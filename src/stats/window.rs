@@ -383,6 +383,21 @@ impl RouteStats {
     }
 }
 
+/// The whole seconds a window of at most `window_secs` may cover at `now_ms` (on the
+/// recorder's clock) without reaching back more than `max_age_ms`: the last second
+/// counted is the current one, the first one the first that *starts* no earlier than
+/// `now_ms - max_age_ms`. So no request recorded before that moment is read, and the
+/// current second counts from its start. 0 when no whole second fits.
+pub fn seconds_within(now_ms: u64, max_age_ms: u64, window_secs: u64) -> u64 {
+    let now_sec = now_ms / 1000;
+    let earliest = now_ms.saturating_sub(max_age_ms);
+    let first = earliest.div_ceil(1000);
+    if first > now_sec {
+        return 0;
+    }
+    (now_sec - first + 1).min(window_secs)
+}
+
 impl fmt::Debug for RouteStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RouteStats")

@@ -250,7 +250,7 @@ async fn a_promoted_run_is_told_to_every_provider_type_in_order() {
         .iter()
         .map(|(a, p)| (a.as_str(), "info", p.as_str()))
         .collect();
-    let yaml = config(v1.addr, v2.addr, &every_type(&rx), 3, &alerts(&rules));
+    let yaml = config(v1.addr, v2.addr, &every_type(&rx), 6, &alerts(&rules));
     let app = proto_support::start_in(&yaml, &dir.0).await;
     let done = run_release(&app).await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
@@ -333,7 +333,7 @@ async fn a_rolled_back_run_is_told_in_order_and_error_alerts_hear_only_the_failu
         .iter()
         .map(|(a, s, p)| (a.as_str(), s.as_str(), p.as_str()))
         .collect();
-    let yaml = config(v1.addr, v2.addr, &top, 4, &alerts(&refs));
+    let yaml = config(v1.addr, v2.addr, &top, 7, &alerts(&refs));
     let app = proto_support::start_in(&yaml, &dir.0).await;
     let done = run_release(&app).await;
     assert_eq!(done.phase, Phase::Failed, "{done:#?}");
@@ -424,7 +424,7 @@ async fn hanging_and_failing_receivers_never_hold_a_release() {
         ("a3", "info", "broken"),
         ("a4", "info", "fine"),
     ]);
-    let yaml = config(v1.addr, v2.addr, &top, 3, &more);
+    let yaml = config(v1.addr, v2.addr, &top, 6, &more);
     let app = proto_support::start_in(&yaml, &dir.0).await;
     let done = run_release(&app).await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");
@@ -480,7 +480,7 @@ async fn webhooks_and_a_prometheus_metric_work_over_https() {
         rx.url("/pre"),
         rx.url("/load")
     );
-    let yaml = config(v1.addr, v2.addr, "", 3, &more);
+    let yaml = config(v1.addr, v2.addr, "", 6, &more);
     let app = proto_support::start_in(&yaml, &dir.0).await;
     let done = run_release(&app).await;
     assert_eq!(done.phase, Phase::Succeeded, "{done:#?}");

@@ -426,6 +426,40 @@ async fn stats_match_the_clients_own_count() {
         serde_json::from_value(v["snapshots"]["primary"].clone()).unwrap();
     assert_eq!(snap.requests, N as u64);
     assert_eq!(snap.summary().p99_ms, Some(api_p99));
+    // maxAge cuts the window at a moment: a window that began after every request
+    // counts none of them (what a check of a run started now would read).
+    let r = api(
+        &c,
+        &app,
+        Method::GET,
+        "/api/v1/stats?route=app&window=600s&maxAge=0ms",
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (
+            v["windowSecs"].clone(),
+            v["roles"]["primary"]["requests"].clone()
+        ),
+        (0.into(), 0.into()),
+        "{v}"
+    );
+    let r = api(
+        &c,
+        &app,
+        Method::GET,
+        "/api/v1/stats?route=app&maxAge=soon",
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.json()["field"].clone()),
+        (400, "maxAge".into())
+    );
     app.shutdown().await;
 }
 

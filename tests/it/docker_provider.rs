@@ -496,7 +496,7 @@ fn weir_check_says_which_backends_the_provider_fills() {
 /// the fake daemon's socket.
 fn release_yaml(sock: &Path, green: &str) -> String {
     format!(
-        "backends:\n  app-blue: {{}}\n  app-green: {{ {green} }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 3\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
+        "backends:\n  app-blue: {{}}\n  app-green: {{ {green} }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 6\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
         sock.display()
     )
 }

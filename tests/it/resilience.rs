@@ -267,7 +267,7 @@ async fn a_canary_failing_30_percent_of_attempts_behind_retries_serves_clients_a
     let v1 = echo("v1").await;
     let v2 = echo_with("v2", 0.3, Duration::ZERO).await;
     let yaml = format!(
-        "backends:\n  app-blue:\n    endpoints: [\"{}\"]\n  app-green:\n    endpoints: [\"{}\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n    retries: {{ attempts: 3, on: [5xx], backoff: {{ base: 1ms, max: 2ms }}, budget: {{ percent: 100, minRetriesPerSecond: 1000 }} }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 300ms\n      threshold: 4\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\n",
+        "backends:\n  app-blue:\n    endpoints: [\"{}\"]\n  app-green:\n    endpoints: [\"{}\"]\nroutes:\n  - name: app\n    primary: app-blue\n    canary: app-green\n    retries: {{ attempts: 3, on: [5xx], backoff: {{ base: 1ms, max: 2ms }}, budget: {{ percent: 100, minRetriesPerSecond: 1000 }} }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 300ms\n      threshold: 7\n      stepWeight: 20\n      maxWeight: 60\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\n",
         v1.addr, v2.addr
     );
     let app = proxy(&yaml).await;

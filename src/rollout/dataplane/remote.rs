@@ -207,11 +207,13 @@ impl DataPlane for Remote {
         &'a self,
         route: &'a str,
         window_secs: u64,
+        max_age_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
         Box::pin(async move {
+            let age = max_age_ms.map_or(String::new(), |ms| format!("&maxAge={ms}ms"));
             let r = self
                 .get(&format!(
-                    "/api/v1/stats?route={}&window={}s",
+                    "/api/v1/stats?route={}&window={}s{age}",
                     encode(route),
                     window_secs.max(1)
                 ))

@@ -250,8 +250,9 @@ impl DataPlane for Flaky {
         &'a self,
         route: &'a str,
         window_secs: u64,
+        max_age_ms: Option<u64>,
     ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
-        self.inner.stats(route, window_secs)
+        self.inner.stats(route, window_secs, max_age_ms)
     }
     fn backend<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BackendView, DpError>> {
         self.inner.backend(name)

@@ -55,14 +55,14 @@ pub fn sequential_result(
     }
 }
 
-/// The window a built-in check reads at `now_ms`: the metric's interval, cut at
-/// `start_ms` (the run's start, or the last change of who holds a role), in whole
-/// seconds that all lie after `start_ms`.
-pub fn window_secs_since(interval_secs: u64, start_ms: Option<u64>, now_ms: u64) -> u64 {
+/// Where a window of `secs` whole seconds read at `now_ms` starts, as shown: the start
+/// of its first second, never before the run's `start_ms` (the data plane counted
+/// only seconds that began after it).
+pub fn window_since(now_ms: u64, secs: u64, start_ms: Option<u64>) -> u64 {
+    let first = (now_ms / 1000).saturating_sub(secs.saturating_sub(1)) * 1000;
     match start_ms {
-        // Outside a run nothing is judged; an empty window says so.
-        None => 0,
-        Some(start) => interval_secs.min(now_ms.saturating_sub(start) / 1000),
+        Some(start) => first.max(start),
+        None => first,
     }
 }
 

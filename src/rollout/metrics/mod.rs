@@ -39,7 +39,7 @@ use crate::stats::Role;
 
 mod judged;
 use super::machine::CheckWindow;
-pub use judged::{sequential_result, window_secs_since, with_window};
+pub use judged::{sequential_result, window_since, with_window};
 
 /// Timeout of one Prometheus query.
 pub const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -320,14 +320,14 @@ pub async fn measure(
                 }
             }
             MetricKind::SuccessRate | MetricKind::Duration | MetricKind::BaselineComparison(_) => {
-                let w = window_secs_since(window_secs(metric), start, now_ms);
+                let w = window_secs(metric);
+                // Outside a run nothing is judged: an empty window says so.
+                let age = start.map_or(0, |s| now_ms.saturating_sub(s));
                 if let std::collections::btree_map::Entry::Vacant(slot) = cache.entry(w) {
-                    let read = if w == 0 {
-                        // The run is younger than a whole second: nothing of it to read.
-                        Ok(RoleStats::empty(0))
-                    } else {
-                        fleet.stats(&def.route, w).await.map_err(|e| e.to_string())
-                    };
+                    let read = fleet
+                        .stats(&def.route, w, Some(age))
+                        .await
+                        .map_err(|e| e.to_string());
                     slot.insert(read);
                 }
                 match cache.get(&w) {
@@ -341,12 +341,12 @@ pub async fn measure(
                             }
                             (None, _) => builtin_result(metric, source, stats, role),
                         };
-                        let since_ms = now_ms.saturating_sub(w.saturating_mul(1000));
+                        let secs = stats.role(role).window_secs;
                         with_window(
                             r,
                             CheckWindow {
-                                since_ms: start.map_or(since_ms, |s| s.max(since_ms)),
-                                secs: w,
+                                since_ms: window_since(now_ms, secs, start),
+                                secs,
                                 role: role.as_str().to_string(),
                                 requests: stats.role(role).requests,
                                 primary_requests: stats.primary.requests,

@@ -167,15 +167,22 @@ fn interval_durations_and_prometheus_answers() {
 
 #[test]
 fn a_check_window_never_reaches_before_the_run_or_beyond_the_interval() {
-    // 60 s interval, run started 12.7 s ago: the 12 whole seconds after the start.
-    assert_eq!(window_secs_since(60, Some(100_000), 112_700), 12);
+    use crate::stats::seconds_within;
+    // Run started at 100.7 s on the plane's clock, now 112.2 s: seconds 101..=112.
+    assert_eq!(seconds_within(112_200, 11_500, 60), 12);
     // An old run: the interval.
-    assert_eq!(window_secs_since(60, Some(100_000), 900_000), 60);
-    // Younger than a second, or no run: nothing.
-    assert_eq!(window_secs_since(60, Some(100_000), 100_900), 0);
-    assert_eq!(window_secs_since(60, None, 100_900), 0);
-    // A clock behind the start reads nothing rather than wrapping.
-    assert_eq!(window_secs_since(60, Some(100_000), 50_000), 0);
+    assert_eq!(seconds_within(900_000, 800_000, 60), 60);
+    // Started 0.5 s ago at 110.7, now 111.2: second 111 began after the start.
+    assert_eq!(seconds_within(111_200, 500, 60), 1);
+    // Started 0.1 s ago at 111.1: second 111 holds requests from before: nothing.
+    assert_eq!(seconds_within(111_200, 100, 60), 0);
+    assert_eq!(seconds_within(111_200, 0, 60), 0);
+    // A start exactly on a second's boundary counts that second.
+    assert_eq!(seconds_within(111_200, 1_200, 60), 2);
+    // Shown from the first second's start, never before the run.
+    assert_eq!(window_since(112_200, 12, Some(100_700)), 101_000);
+    assert_eq!(window_since(112_200, 60, Some(100_700)), 100_700);
+    assert_eq!(window_since(112_200, 5, None), 108_000);
 }
 
 #[test]
