@@ -123,17 +123,7 @@ async fn release(v2_latency: Duration, dry_run: bool) -> (RunningApp, CanaryStat
 }
 
 async fn wait(app: &RunningApp, what: &str, f: impl Fn(&CanaryStatus) -> bool) -> CanaryStatus {
-    let mut last = None;
-    let ok = eventually(WAIT, || {
-        let s = app.engine.status("app").expect("canary app");
-        let hit = f(&s);
-        last = Some(s);
-        async move { hit }
-    })
-    .await;
-    let s = last.expect("polled at least once");
-    assert!(ok, "timed out waiting for {what}; status:\n{s:#?}");
-    s
+    wait_canary(app, "app", WAIT, what, f).await
 }
 
 /// The judged latency classes of every baseline-comparison check in the events.

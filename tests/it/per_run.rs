@@ -114,17 +114,7 @@ async fn start(yaml: &str) -> RunningApp {
 }
 
 async fn wait(app: &RunningApp, what: &str, f: impl Fn(&CanaryStatus) -> bool) -> CanaryStatus {
-    let mut last = None;
-    let ok = eventually(WAIT, || {
-        let s = app.engine.status("app").expect("canary app");
-        let hit = f(&s);
-        last = Some(s);
-        async move { hit }
-    })
-    .await;
-    let s = last.expect("polled at least once");
-    assert!(ok, "timed out waiting for {what}; status:\n{s:#?}");
-    s
+    wait_canary(app, "app", WAIT, what, f).await
 }
 
 /// Deploys `addr` on `slot` through the admin API (a new revision there).

@@ -109,11 +109,6 @@ pub fn builtin_result(
     if summary.requests < source.min_requests {
         return MetricResult {
             dry_run: metric.dry_run,
-            judgement: None,
-            inconclusive: false,
-            evidence: None,
-            sequential: None,
-            window: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
@@ -121,6 +116,7 @@ pub fn builtin_result(
                 "not enough traffic: {} {} requests in {}s, minRequests {}",
                 summary.requests, role, snap.window_secs, source.min_requests
             ),
+            ..Default::default()
         };
     }
     let value = match source.kind {
@@ -131,11 +127,6 @@ pub fn builtin_result(
         // minRequests 0 and no request: the user allowed an empty window.
         return MetricResult {
             dry_run: metric.dry_run,
-            judgement: None,
-            inconclusive: false,
-            evidence: None,
-            sequential: None,
-            window: None,
             name: metric.name.clone(),
             value: None,
             passed: true,
@@ -143,16 +134,12 @@ pub fn builtin_result(
                 "no {role} requests in {}s (minRequests 0)",
                 snap.window_secs
             ),
+            ..Default::default()
         };
     }
     let verdict = metric.evaluate(value);
     MetricResult {
         dry_run: metric.dry_run,
-        judgement: None,
-        inconclusive: false,
-        evidence: None,
-        sequential: None,
-        window: None,
         name: metric.name.clone(),
         value,
         passed: verdict.is_ok(),
@@ -160,6 +147,7 @@ pub fn builtin_result(
             Ok(()) => format!("{} {role} requests", summary.requests),
             Err(e) => e,
         },
+        ..Default::default()
     }
 }
 
@@ -196,10 +184,7 @@ pub fn comparison_result(
         reason,
         dry_run: metric.dry_run,
         judgement: Some(judgement),
-        inconclusive: false,
-        evidence: None,
-        sequential: None,
-        window: None,
+        ..Default::default()
     }
 }
 
@@ -226,28 +211,20 @@ pub async fn prometheus_result(
             let verdict = metric.evaluate(Some(v));
             MetricResult {
                 dry_run: metric.dry_run,
-                judgement: None,
-                inconclusive: false,
-                evidence: None,
-                sequential: None,
-                window: None,
                 name: metric.name.clone(),
                 value: Some(v),
                 passed: verdict.is_ok(),
                 reason: verdict.err().unwrap_or_else(|| "query ok".to_string()),
+                ..Default::default()
             }
         }
         Err(reason) => MetricResult {
             dry_run: metric.dry_run,
-            judgement: None,
-            inconclusive: false,
-            evidence: None,
-            sequential: None,
-            window: None,
             name: metric.name.clone(),
             value: None,
             passed: false,
             reason,
+            ..Default::default()
         },
     }
 }

@@ -147,6 +147,28 @@ pub fn binomial_bounds(n: u64, p: f64, z: f64) -> (u64, u64) {
 /// Z for a two-sided 99.99% interval.
 pub const Z_9999: f64 = 3.891;
 
+/// Polls canary `name`'s status on `app` until `f` holds, and returns it; panics with
+/// the last status after `bound`.
+pub async fn wait_canary(
+    app: &RunningApp,
+    name: &str,
+    bound: Duration,
+    what: &str,
+    f: impl Fn(&weir::rollout::CanaryStatus) -> bool,
+) -> weir::rollout::CanaryStatus {
+    let mut last = None;
+    let ok = eventually(bound, || {
+        let s = app.engine.status(name).expect("the canary exists");
+        let hit = f(&s);
+        last = Some(s);
+        async move { hit }
+    })
+    .await;
+    let s = last.expect("polled at least once");
+    assert!(ok, "timed out waiting for {what}; status:\n{s:#?}");
+    s
+}
+
 /// Polls `f` every 20 ms until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
