@@ -664,3 +664,6 @@ pub fn single(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reference;
