@@ -2,7 +2,7 @@
 //! progressive-delivery engine (Flagger's analysis loop, without a cluster).
 //!
 //! # Layout
-//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `load`, `demo`, `import`).
+//! - [`cli`]: the clap command line (`serve`, `check`, `echo`, `ctl`, `load`, `demo`, `sim`, `import`).
 //! - [`app`]: wiring: build the state, bind listeners, admin API and engine; drain on shutdown.
 //!   Composes the admin API's route table from the features (`app::api_routes`).
 //! - [`config`]: raw serde schema → validated config → compiled routing table, errors with field paths;
@@ -43,6 +43,8 @@
 //! - [`import`]: `weir import flagger`: Flagger's Canary, MetricTemplate and AlertProvider manifests → a weir config
 //!   (PURE mapping; the fields it cannot map listed with the reason, the metrics it cannot complete kept for
 //!   `weir check` to refuse).
+//! - [`sim`]: `weir sim judge`, the PURE judges (threshold, comparison, sequential) replayed on seeded
+//!   synthetic traffic: false rollbacks, false promotions and time to a decision per scenario.
 //! - [`demo`]: `weir demo`, a release end to end in one process (and its webhook receiver and cookie jar fixtures).
 //! - [`probe`]: `weir probe URL`, the blocking readiness check used by the image's HEALTHCHECK.
 //! - [`echo`]: the small backend used by tests, demos and benchmarks.
@@ -55,7 +57,7 @@
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
 //! 4. `proxy`, `control` (the API framework, knowing no feature), `reload`;
 //! 5. features with their handlers: `table_api`, `endpoints`, `providers`, `rollout`, `cluster`, then `console`;
-//! 6. `app` (composition), `ctl`, `load`, `demo`, `import`, `cli`.
+//! 6. `app` (composition), `ctl`, `load`, `demo`, `sim`, `import`, `cli`.
 //!
 //! `tests/it/layering.rs` holds every `crate::…` path in `src/` to this order.
 
@@ -81,6 +83,7 @@ pub mod proxy;
 pub mod reload;
 pub mod rollout;
 pub mod routing;
+pub mod sim;
 pub mod stats;
 pub mod table_api;
 pub mod wire;

@@ -88,6 +88,11 @@ enum Command {
         #[arg(long)]
         hold: bool,
     },
+    /// Simulations of the rollout engine on synthetic traffic.
+    Sim {
+        #[command(subcommand)]
+        what: SimCmd,
+    },
     /// Convert another tool's manifests to a weir config (stdout); what cannot be
     /// mapped is listed at the end of the output.
     Import {
@@ -147,6 +152,28 @@ enum ImportCmd {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum SimCmd {
+    /// Replay the judges (threshold, comparison, sequential) on seeded synthetic
+    /// releases: false rollbacks, false promotions, undecided runs and time to a
+    /// decision per scenario.
+    Judge {
+        /// Runs per scenario.
+        #[arg(long, default_value_t = 1000)]
+        runs: u32,
+        /// Seed of the runs; the same seed gives the same table.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// YAML or JSON file of scenarios (`scenarios: [{rps: 50, errorDeltaPp: 5}, …]`)
+        /// instead of the built-in 15.
+        #[arg(long)]
+        scenarios: Option<PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     config::parse_duration(s)
 }
@@ -202,7 +229,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     // The client prints tables on stdout: no log lines there.
     match cli.cmd {
-        Command::Ctl { .. } | Command::Load { .. } => {}
+        Command::Ctl { .. } | Command::Load { .. } | Command::Sim { .. } => {}
         // The demo prints the rollout itself; logs only for problems.
         Command::Demo { .. } => init_logging("warn,weir::rollout=off", cli.log_format),
         _ => init_logging("info", cli.log_format),
@@ -287,6 +314,15 @@ pub fn main() -> ExitCode {
         Command::Import {
             from: ImportCmd::Flagger { files },
         } => crate::import::main(&files),
+        Command::Sim {
+            what:
+                SimCmd::Judge {
+                    runs,
+                    seed,
+                    scenarios,
+                    json,
+                },
+        } => crate::sim::judge_main(runs, seed, scenarios.as_deref(), json),
         Command::Load {
             url,
             rate,

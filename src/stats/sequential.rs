@@ -63,7 +63,9 @@
 //!   1 %, Pass when the share slower than `max × latency effect` is surely below 1 %.
 //!
 //! Fewer than `minRequests` requests on a judged side is Inconclusive (with the
-//! requests still missing), never a failure.
+//! requests still missing, and as evidence the shortest side's share of
+//! `minRequests`), never a failure. A side without any latency sample (possible only
+//! with `minRequests` 0) has no mean: latency is Inconclusive without an estimate.
 //!
 //! # Evidence
 //!
@@ -247,7 +249,9 @@ impl Quantity {
 /// Half-width of the confidence sequence for an estimate of variance `v`, mixing
 /// variance `tau2`, level `alpha`. Infinite without a variance estimate.
 pub fn half_width(v: f64, tau2: f64, alpha: f64) -> f64 {
-    let valid = v > 0.0 && tau2 > 0.0 && alpha > 0.0 && alpha < 1.0;
+    // An infinite variance (a side without samples) would make the logarithm's
+    // argument inf/inf = NaN, which `max(0.0)` turns into a width of 0: certainty.
+    let valid = v > 0.0 && v.is_finite() && tau2 > 0.0 && alpha > 0.0 && alpha < 1.0;
     if !valid {
         return f64::INFINITY;
     }
@@ -363,7 +367,8 @@ fn log_moments(s: &WindowSnapshot) -> (f64, f64, f64) {
         sum2 += c * x * x;
     }
     if n == 0.0 {
-        return (0.0, f64::INFINITY, 0.0);
+        // No mean: the estimate is NaN, reported as none, and decides nothing.
+        return (f64::NAN, f64::INFINITY, 0.0);
     }
     let mean = sum / n;
     let var = if n > 1.0 {
@@ -400,6 +405,8 @@ fn missing(
     (need > 0).then_some(need)
 }
 
+/// `have`: the requests of the shortest judged side, whose share of `minRequests` is
+/// the evidence (the primary may be the one short).
 fn too_few(name: &str, baseline: Baseline, need: u64, have: u64, p: &SequentialParams) -> Quantity {
     let (pass_below, fail_above) = match (name, baseline) {
         ("errors", _) => (p.min_errors_pp, 0.0),
@@ -424,6 +431,15 @@ fn too_few(name: &str, baseline: Baseline, need: u64, have: u64, p: &SequentialP
     }
 }
 
+/// Requests of the shortest judged side.
+fn shortest(canary: &WindowSnapshot, primary: &WindowSnapshot, vs_primary: bool) -> u64 {
+    if vs_primary {
+        canary.requests.min(primary.requests)
+    } else {
+        canary.requests
+    }
+}
+
 /// Judges the errors of `canary` against the primary or a success-rate threshold.
 pub fn errors(
     canary: &WindowSnapshot,
@@ -433,7 +449,13 @@ pub fn errors(
 ) -> Quantity {
     let vs_primary = baseline == Baseline::Primary;
     if let Some(need) = missing(canary, vs_primary.then_some(primary), p) {
-        return too_few("errors", baseline, need, canary.requests, p);
+        return too_few(
+            "errors",
+            baseline,
+            need,
+            shortest(canary, primary, vs_primary),
+            p,
+        );
     }
     let (pc, vc, nc) = rate(canary);
     let raw = match baseline {
@@ -492,7 +514,13 @@ pub fn latency(
 ) -> Quantity {
     let vs_primary = baseline == Baseline::Primary;
     if let Some(need) = missing(canary, vs_primary.then_some(primary), p) {
-        return too_few("latency", baseline, need, canary.requests, p);
+        return too_few(
+            "latency",
+            baseline,
+            need,
+            shortest(canary, primary, vs_primary),
+            p,
+        );
     }
     let ratio = p.min_latency_ratio.max(1.0 + 1e-9);
     match baseline {
@@ -636,3 +664,6 @@ pub fn single(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod reference;

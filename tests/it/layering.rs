@@ -38,6 +38,7 @@ const ORDER: &[&str] = &[
     "ctl",
     "load",
     "demo",
+    "sim",
     "import",
     "cli",
 ];

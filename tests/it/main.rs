@@ -46,6 +46,7 @@ mod reload;
 mod resilience;
 mod resilience_h2;
 mod rollout;
+mod sim;
 mod stale_pool;
 mod templates;
 mod tls;

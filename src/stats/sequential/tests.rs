@@ -146,3 +146,30 @@ fn the_judgement_round_trips_through_json() {
         assert_eq!(back, j);
     }
 }
+
+#[test]
+fn a_short_primary_holds_the_evidence_down_too() {
+    let p = SequentialParams::DEFAULT;
+    let j = compare(&window(400, 0, 40, 60), &window(4, 0, 40, 60), &p);
+    assert_eq!(j.outcome, Outcome::Inconclusive);
+    assert_eq!(j.needed, Some(6));
+    assert!((j.evidence - 0.4).abs() < 1e-9, "{}", j.evidence);
+}
+
+#[test]
+fn no_latency_sample_decides_nothing_even_with_min_requests_zero() {
+    let p = SequentialParams {
+        min_requests: 0,
+        ..SequentialParams::DEFAULT
+    };
+    assert!(half_width(f64::INFINITY, 1e-4, 0.05).is_infinite());
+    let q = latency(
+        &WindowSnapshot::default(),
+        Baseline::Primary,
+        &window(900, 0, 40, 60),
+        &p,
+    );
+    assert_eq!(q.outcome, Outcome::Inconclusive, "{}", q.describe());
+    assert_eq!((q.estimate, q.lower, q.upper), (None, None, None));
+    assert_eq!((q.evidence, q.needed), (0.0, None));
+}
