@@ -62,6 +62,10 @@
 //!   the share of requests slower than the threshold: Fail when it is surely above
 //!   1 %, Pass when the share slower than `max × latency effect` is surely below 1 %.
 //!
+//! `baseline-comparison` judges both quantities, and either may fail it: each is tested
+//! at `alpha / 2` (Bonferroni), so the bound on failing a canary that is not worse stays
+//! `alpha` for the check as a whole.
+//!
 //! Fewer than `minRequests` requests on a judged side is Inconclusive (with the
 //! requests still missing, and as evidence the shortest side's share of
 //! `minRequests`), never a failure. A side without any latency sample (possible only
@@ -592,7 +596,8 @@ pub fn latency(
                 outcome,
                 estimate: finite(100.0 * fail_raw.estimate),
                 lower: finite(100.0 * f.lower),
-                upper: finite(100.0 * s.upper),
+                // The interval of the share over the limit (the Fail test's).
+                upper: finite(100.0 * f.upper),
                 pass_below: 0.0,
                 fail_above: 0.0,
                 evidence,
@@ -644,9 +649,15 @@ pub fn compare(
     primary: &WindowSnapshot,
     p: &SequentialParams,
 ) -> Judgement {
+    // Two quantities, each of which may fail the check: each gets half of alpha, so a
+    // canary that is not worse is failed with probability at most alpha in all.
+    let half = SequentialParams {
+        alpha: p.alpha / 2.0,
+        ..*p
+    };
     let q = vec![
-        errors(canary, Baseline::Primary, primary, p),
-        latency(canary, Baseline::Primary, primary, p),
+        errors(canary, Baseline::Primary, primary, &half),
+        latency(canary, Baseline::Primary, primary, &half),
     ];
     combine(q, canary, Some(primary), p)
 }
