@@ -399,25 +399,36 @@ fn share_above(s: &WindowSnapshot, limit_us: f64) -> (f64, f64) {
 /// The share of requests a P99 allows above it.
 const P99_TAIL: f64 = 0.01;
 
-fn missing(
+/// Inconclusive for too few requests, when a judged side has fewer than `minRequests`:
+/// the requests still missing, and as evidence the shortest side's share of
+/// `minRequests` (the primary may be the one short).
+fn too_few(
+    name: &str,
     canary: &WindowSnapshot,
-    primary: Option<&WindowSnapshot>,
+    baseline: Baseline,
+    primary: &WindowSnapshot,
     p: &SequentialParams,
-) -> Option<u64> {
-    let short = |s: &WindowSnapshot| p.min_requests.saturating_sub(s.requests);
-    let need = short(canary).max(primary.map_or(0, short));
-    (need > 0).then_some(need)
-}
-
-/// `have`: the requests of the shortest judged side, whose share of `minRequests` is
-/// the evidence (the primary may be the one short).
-fn too_few(name: &str, baseline: Baseline, need: u64, have: u64, p: &SequentialParams) -> Quantity {
+) -> Option<Quantity> {
+    let judged: &[&WindowSnapshot] = if baseline == Baseline::Primary {
+        &[canary, primary]
+    } else {
+        &[canary]
+    };
+    let need = judged
+        .iter()
+        .map(|s| p.min_requests.saturating_sub(s.requests))
+        .max()
+        .unwrap_or(0);
+    if need == 0 {
+        return None;
+    }
+    let have = judged.iter().map(|s| s.requests).min().unwrap_or(0);
     let (pass_below, fail_above) = match (name, baseline) {
         ("errors", _) => (p.min_errors_pp, 0.0),
         (_, Baseline::Primary) => (p.min_latency_ratio, 1.0),
         _ => (0.0, 0.0),
     };
-    Quantity {
+    Some(Quantity {
         name: name.to_string(),
         baseline,
         outcome: Outcome::Inconclusive,
@@ -432,16 +443,7 @@ fn too_few(name: &str, baseline: Baseline, need: u64, have: u64, p: &SequentialP
             (have as f64 / p.min_requests as f64).min(1.0)
         },
         needed: Some(need),
-    }
-}
-
-/// Requests of the shortest judged side.
-fn shortest(canary: &WindowSnapshot, primary: &WindowSnapshot, vs_primary: bool) -> u64 {
-    if vs_primary {
-        canary.requests.min(primary.requests)
-    } else {
-        canary.requests
-    }
+    })
 }
 
 /// Judges the errors of `canary` against the primary or a success-rate threshold.
@@ -451,15 +453,8 @@ pub fn errors(
     primary: &WindowSnapshot,
     p: &SequentialParams,
 ) -> Quantity {
-    let vs_primary = baseline == Baseline::Primary;
-    if let Some(need) = missing(canary, vs_primary.then_some(primary), p) {
-        return too_few(
-            "errors",
-            baseline,
-            need,
-            shortest(canary, primary, vs_primary),
-            p,
-        );
+    if let Some(q) = too_few("errors", canary, baseline, primary, p) {
+        return q;
     }
     let (pc, vc, nc) = rate(canary);
     let raw = match baseline {
@@ -516,15 +511,8 @@ pub fn latency(
     primary: &WindowSnapshot,
     p: &SequentialParams,
 ) -> Quantity {
-    let vs_primary = baseline == Baseline::Primary;
-    if let Some(need) = missing(canary, vs_primary.then_some(primary), p) {
-        return too_few(
-            "latency",
-            baseline,
-            need,
-            shortest(canary, primary, vs_primary),
-            p,
-        );
+    if let Some(q) = too_few("latency", canary, baseline, primary, p) {
+        return q;
     }
     let ratio = p.min_latency_ratio.max(1.0 + 1e-9);
     match baseline {
