@@ -778,40 +778,14 @@ async fn all_skipped(apps: &[&RunningApp], since: &[u64], n: u64, what: &str) {
     );
 }
 
-/// One GET through a proxy: `Ok` with the status and the `x-weir-version` of the slot
-/// that answered, or why there was no answer.
-async fn exchange(
-    c: &support::TestClient,
-    proxy: SocketAddr,
-    host: &str,
-) -> Result<(u16, String), String> {
-    let req = support::get(proxy, "/", &[("host", host)]);
-    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, c.request(req)).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => return Err(format!("request error: {e}")),
-        Err(_) => return Err("timed out".into()),
-    };
-    let status = resp.status().as_u16();
-    let version = resp
-        .headers()
-        .get("x-weir-version")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    match tokio::time::timeout(REQUEST_TIMEOUT, http_body_util::BodyExt::collect(resp)).await {
-        Ok(Ok(_)) => Ok((status, version)),
-        Ok(Err(e)) => Err(format!("body: {e}")),
-        Err(_) => Err("body timed out".into()),
-    }
-}
-
 /// Sends `n` requests through `proxy`, to the six routes in turn, and returns every
 /// exchange that was not a 200, described.
 async fn fixed_batch(proxy: SocketAddr, n: usize) -> Vec<String> {
     let c = support::client();
     let mut failures = Vec::new();
     for (i, c_name) in canary_names().iter().cycle().take(n).enumerate() {
-        match exchange(&c, proxy, &format!("{c_name}.test")).await {
+        match support::version_exchange(&c, proxy, &format!("{c_name}.test"), REQUEST_TIMEOUT).await
+        {
             Ok((200, _)) => {}
             Ok((status, v)) => failures.push(format!("request {i} ({c_name}): {status} from {v}")),
             Err(e) => failures.push(format!("request {i} ({c_name}): {e}")),
@@ -911,7 +885,7 @@ impl TrafficHook {
         while canary_answers < MIN_REQUESTS && i < BATCH_MAX && !through.is_empty() {
             let (name, proxy) = &through[i as usize % through.len()];
             i += 1;
-            let answer = exchange(&c, *proxy, &host).await;
+            let answer = support::version_exchange(&c, *proxy, &host, REQUEST_TIMEOUT).await;
             let mut sent = sent.lock().unwrap();
             let tally = sent.entry(name.clone()).or_default();
             tally.requests += 1;

@@ -77,19 +77,9 @@ impl Traffic {
 }
 
 async fn exchange(c: &TestClient, proxy: SocketAddr) -> (String, u16) {
-    let req = get(proxy, "/", &[]);
-    let resp = match tokio::time::timeout(REQUEST_TIMEOUT, c.request(req)).await {
-        Ok(Ok(r)) => r,
-        other => panic!("request through the proxy failed: {other:?}"),
-    };
-    let status = resp.status().as_u16();
-    let version = resp
-        .headers()
-        .get("x-weir-version")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("-")
-        .to_string();
-    let _ = tokio::time::timeout(REQUEST_TIMEOUT, http_body_util::BodyExt::collect(resp)).await;
+    let (status, version) = version_exchange(c, proxy, "app.test", REQUEST_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("request through the proxy failed: {e}"));
     (version, status)
 }
 

@@ -169,6 +169,34 @@ pub async fn wait_canary(
     s
 }
 
+/// One GET through a proxy: `Ok` with the status and the `x-weir-version` of the slot
+/// that answered, or why there was no answer (each half bounded by `timeout`).
+pub async fn version_exchange(
+    c: &TestClient,
+    proxy: SocketAddr,
+    host: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let req = get(proxy, "/", &[("host", host)]);
+    let resp = match tokio::time::timeout(timeout, c.request(req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(format!("request error: {e}")),
+        Err(_) => return Err("timed out".into()),
+    };
+    let status = resp.status().as_u16();
+    let version = resp
+        .headers()
+        .get("x-weir-version")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    match tokio::time::timeout(timeout, BodyExt::collect(resp)).await {
+        Ok(Ok(_)) => Ok((status, version)),
+        Ok(Err(e)) => Err(format!("body: {e}")),
+        Err(_) => Err("body timed out".into()),
+    }
+}
+
 /// Polls `f` every 20 ms until it returns true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where
