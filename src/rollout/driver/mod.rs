@@ -62,7 +62,9 @@
 //! # Layout
 //! - this file: the [`Engine`] (one task per canary), its options and status types;
 //! - [`record`]: the state record and its file;
-//! - `runner`: one canary's loop, owed writes, re-assertion and observation;
+//! - `runner`: one canary's loop, owed writes and re-assertion;
+//! - `observe`: one tick's observation (route, revisions, hooks, metrics) and the route
+//!   changes made outside the engine;
 //! - `commit`: commands, events and hooks of a step, persisting, applying;
 //! - `fleet`: the ownership gate, take-over, following the members, the status (and the
 //!   rollout series, written with it: see [`super::exporter`]).
@@ -90,6 +92,7 @@ use crate::dataplane::store::TableStore;
 
 mod commit;
 mod fleet;
+mod observe;
 mod runner;
 
 pub mod record;
