@@ -484,9 +484,14 @@ pub struct Raw {
 }
 
 impl Raw {
+    /// A connection from a port this process holds alone: bound before
+    /// connecting, so no other test's connection (to another listener) can
+    /// share it, and a line logged with `peer=` this port is this one's.
     pub async fn to(addr: std::net::SocketAddr) -> Raw {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         Raw {
-            s: TcpStream::connect(addr).await.unwrap(),
+            s: socket.connect(addr).await.unwrap(),
             buf: Vec::new(),
         }
     }
