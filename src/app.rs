@@ -129,6 +129,9 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         None => None,
         Some(settings) => {
             let c = start_cluster(settings, &cfg, admin_addr)?;
+            let table = store.clone();
+            c.set_table_version(Arc::new(move || table.load().version));
+            metrics.add_section(Arc::new(crate::cluster::api::ClusterMetrics(c.clone())));
             tasks.push(tokio::spawn(forward_cluster_events(
                 c.clone(),
                 events.clone(),
@@ -205,6 +208,11 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         events: events.clone(),
         token: cfg.admin.token.clone(),
         read_only_token: cfg.admin.read_only_token.clone(),
+        peer_token: cfg
+            .cluster
+            .as_ref()
+            .and_then(|c| c.peer_token.as_ref())
+            .map(|t| t.0.clone()),
         ready: ready.clone(),
         shutdown: rx.clone(),
         ext: {

@@ -6,7 +6,7 @@ use crate::config::raw::{RawRoute, RawTable};
 use crate::config::LoadBalancer;
 use crate::control::api::{
     audit_refused, from_value, json_response, merge_patch, with_etag, write_error, ApiError,
-    ApiRequest, ApiResponse, ApiState, RouteDef,
+    ApiRequest, ApiResponse, ApiState, Auth, RouteDef,
 };
 use crate::dataplane::store::STATS_CAPACITY_SECS;
 use crate::proxy::service::ProxyShared;
@@ -27,37 +27,37 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/api/v1/table",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, _| Box::pin(async move { get_table(&s) }),
     },
     RouteDef {
         method: Method::PUT,
         path: "/api/v1/table",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, r| Box::pin(async move { put_table(&s, &r) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/api/v1/routes/{name}",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { get_route(&s, &r) }),
     },
     RouteDef {
         method: Method::PATCH,
         path: "/api/v1/routes/{name}",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { patch_route(&s, &r) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/api/v1/backends/{name}",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { get_backend(&s, &r) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/api/v1/stats",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { get_stats(&s, &r) }),
     },
 ];

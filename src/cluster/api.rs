@@ -9,15 +9,18 @@ use http::{Method, StatusCode};
 use serde_json::Value;
 
 use super::Cluster;
-use crate::control::api::{json_response, ApiState, RouteDef};
+use crate::control::api::{json_response, ApiState, Auth, RouteDef};
 use crate::wire::cluster::ClusterDoc;
 use serde::Deserialize;
+use std::fmt::Write as _;
+
+use crate::dataplane::metrics::ScrapeSection;
 
 /// The cluster routes of the admin API.
 pub static ROUTES: &[RouteDef] = &[RouteDef {
     method: Method::GET,
     path: "/api/v1/cluster",
-    auth: true,
+    auth: Auth::Token,
     handler: |s, _| Box::pin(async move { Ok(get(&s)) }),
 }];
 
@@ -34,6 +37,40 @@ fn get(s: &ApiState) -> crate::control::api::ApiResponse {
     }
 }
 
+/// The fleet's series, rendered at scrape time from the [`Cluster`]:
+/// `weir_cluster_peers_refused_total` and, per live member,
+/// `weir_cluster_replica_lag_seconds{member}`.
+pub struct ClusterMetrics(pub Cluster);
+
+impl ScrapeSection for ClusterMetrics {
+    fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP weir_cluster_peers_refused_total Member records refused as peers (bound to no lease, or an apiUrl outside cluster.peerAllow).\n# TYPE weir_cluster_peers_refused_total counter\nweir_cluster_peers_refused_total {}",
+            self.0.peers_refused_total()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP weir_cluster_replica_lag_seconds How long a member has left a routing step of a canary this replica drives unacknowledged (0: up to date).\n# TYPE weir_cluster_replica_lag_seconds gauge"
+        );
+        for (member, (lag_ms, _)) in self.0.lag() {
+            let _ = writeln!(
+                out,
+                "weir_cluster_replica_lag_seconds{{member=\"{}\"}} {}",
+                label(&member),
+                lag_ms as f64 / 1000.0
+            );
+        }
+    }
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// `/readyz`'s extra condition: in a fleet, ready only while the lease is valid.
 /// `None` when it holds (or there is no fleet); else the reason.
 pub fn not_ready_reason(s: &ApiState) -> Option<String> {
@@ -48,6 +85,20 @@ pub fn not_ready_reason(s: &ApiState) -> Option<String> {
                 .unwrap_or_else(|| "no valid etcd lease yet".into()),
         )
     }
+}
+
+/// Text that came from etcd, safe for a terminal: control characters (an escape
+/// sequence in a forged member name) are shown escaped, never sent raw.
+fn clean(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 fn age(now_ms: u64, then_ms: u64) -> String {
@@ -101,20 +152,51 @@ pub fn render_doc(doc: &ClusterDoc, now_ms: u64) -> String {
     if let Some(e) = &doc.etcd_error {
         out.push_str(&format!("etcd error: {e}\n"));
     }
-    out.push_str("\nREPLICA                  SHARDS   HEARTBEAT     API\n");
+    out.push_str("\nREPLICA                  SHARDS   HEARTBEAT     TABLE  LAG      API\n");
     for m in &doc.members {
         let shards: Vec<String> = m.shards.iter().map(u32::to_string).collect();
+        let lag = if m.lag_ms == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1}s", m.lag_ms as f64 / 1000.0)
+        };
         out.push_str(&format!(
-            "{:<24} {:<8} {:<13} {}\n",
-            m.name,
+            "{:<24} {:<8} {:<13} {:<6} {:<8} {}{}{}\n",
+            clean(&m.name),
             if shards.is_empty() {
                 "standby".into()
             } else {
                 shards.join(",")
             },
             age(now_ms, m.heartbeat_ms),
-            m.api_url,
+            m.table_version.map_or("-".into(), |v| v.to_string()),
+            lag,
+            clean(&m.api_url),
+            if m.trusted {
+                ""
+            } else {
+                "  (NOT TRUSTED AS A PEER)"
+            },
+            if m.waiting.is_empty() {
+                String::new()
+            } else {
+                format!("  waited for by {}", m.waiting.join(","))
+            },
         ));
+    }
+    if !doc.refused_peers.is_empty() {
+        out.push_str(&format!(
+            "\nREFUSED MEMBER RECORDS ({} refusals since start)\n",
+            doc.peers_refused_total
+        ));
+        for r in &doc.refused_peers {
+            out.push_str(&format!(
+                "{:<24} {}: {}\n",
+                clean(&r.name),
+                clean(&r.api_url),
+                clean(&r.reason)
+            ));
+        }
     }
     out.push_str("\nSHARD  HOLDER                   HEARTBEAT     CANARIES\n");
     for sh in &doc.shards {
@@ -195,6 +277,35 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("this replica drives: app"));
+        let refused = serde_json::json!({
+            "enabled": true, "replica": "a", "apiUrl": "http://a:9901", "ready": true,
+            "etcd": ["http://e:2379"], "prefix": "/weir", "replicas": "auto",
+            "algorithm": "hash", "heartbeatMs": 500, "leaseTtlSecs": 2, "revision": 42,
+            "members": [{"name": "a", "apiUrl": "http://a:9901", "heartbeatMs": 9_000, "shards": [0],
+                         "tableVersion": 7, "lagMs": 0, "waiting": [], "trusted": true},
+                        {"name": "b", "apiUrl": "http://b:9901", "heartbeatMs": 9_000, "shards": [1],
+                         "tableVersion": 6, "lagMs": 4_200, "waiting": ["app"], "trusted": true}],
+            "shards": [], "canaries": [], "owned": ["app"], "events": [],
+            "refusedPeers": [{"name": "evil\u{1b}]52;c;x\u{7}", "apiUrl": "http://203.0.113.9:1",
+                              "reason": "its member record is bound to no lease"}],
+            "peersRefusedTotal": 1
+        });
+        let text = render(&refused, 10_000);
+        assert!(
+            text.lines().any(|l| l.starts_with("b ")
+                && l.contains(" 6 ")
+                && l.contains("4.2s")
+                && l.contains("waited for by app")),
+            "{text}"
+        );
+        assert!(
+            text.contains("REFUSED MEMBER RECORDS (1 refusals since start)"),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\u{1b}') && text.contains("evil\\u{1b}]52"),
+            "{text}"
+        );
         assert_eq!(
             render(&serde_json::json!({"enabled": false}), 0),
             "cluster: not configured (single-replica mode)\n"

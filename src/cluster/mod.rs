@@ -77,6 +77,15 @@ pub trait Ownership: Send + Sync {
 
     /// The replica owning `canary` now, as last seen (status, command forwarding).
     fn owner_of(&self, canary: &str) -> Option<Peer>;
+
+    /// The members that have not acknowledged `canary`'s last routing step, each with
+    /// when the wait began (ms since the Unix epoch); empty when every one has.
+    fn report_waiting(&self, _canary: &str, _waiting: &[(String, u64)]) {}
+
+    /// How long a step may wait for a member before the run reports it lagging.
+    fn ack_timeout(&self) -> std::time::Duration {
+        crate::config::cluster::DEFAULT_ACK_TIMEOUT
+    }
 }
 
 impl Ownership for Cluster {
@@ -114,5 +123,13 @@ impl Ownership for Cluster {
 
     fn owner_of(&self, canary: &str) -> Option<Peer> {
         Cluster::owner_of(self, canary)
+    }
+
+    fn report_waiting(&self, canary: &str, waiting: &[(String, u64)]) {
+        Cluster::report_waiting(self, canary, waiting);
+    }
+
+    fn ack_timeout(&self) -> std::time::Duration {
+        self.settings().ack_timeout
     }
 }

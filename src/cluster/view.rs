@@ -29,6 +29,9 @@ pub struct MemberRecord {
     pub heartbeat_ms: u64,
     /// When the replica joined (ms since the Unix epoch).
     pub started_ms: u64,
+    /// The routing-table version the replica had applied at its last heartbeat.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_version: Option<u64>,
 }
 
 /// `<prefix>/shards/<n>`: a shard claim (bound to the holder's lease).
@@ -137,8 +140,12 @@ impl Keys {
 pub struct View {
     /// The store's revision of the snapshot.
     pub revision: i64,
-    /// Live members by name.
+    /// Live members by name: member keys bound to a lease.
     pub members: BTreeMap<String, Entry<MemberRecord>>,
+    /// Member keys bound to no lease, by name: a replica always writes its record
+    /// under its lease, so such a record was written by something else and is no
+    /// member (it would outlive any replica).
+    pub unleased: BTreeMap<String, Option<MemberRecord>>,
     /// Held shards by number.
     pub shards: BTreeMap<u32, Entry<ShardRecord>>,
     /// Owner keys by canary.
@@ -163,7 +170,11 @@ impl View {
         for kv in members {
             if let Some(name) = kv.key.strip_prefix(&mp) {
                 let rec = serde_json::from_slice(&kv.value).ok();
-                v.members.insert(name.to_string(), Entry::from_kv(kv, rec));
+                if kv.lease == 0 {
+                    v.unleased.insert(name.to_string(), rec);
+                } else {
+                    v.members.insert(name.to_string(), Entry::from_kv(kv, rec));
+                }
             }
         }
         let sp = keys.shards();

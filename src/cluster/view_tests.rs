@@ -59,6 +59,38 @@ fn parse_keeps_unreadable_records_and_skips_foreign_keys() {
 }
 
 #[test]
+fn a_member_record_without_a_lease_is_no_member() {
+    let keys = Keys::new("/w");
+    let forged = r#"{"name":"evil","apiUrl":"http://attacker.example:9901"}"#;
+    let v = View::parse(
+        &keys,
+        3,
+        &[
+            kv(
+                &keys.member("a"),
+                r#"{"name":"a","apiUrl":"http://127.0.0.1:1"}"#,
+                5,
+                1,
+            ),
+            kv(&keys.member("evil"), forged, 0, 2),
+        ],
+        &[],
+        &[],
+    );
+    assert_eq!(v.members.keys().collect::<Vec<_>>(), vec!["a"]);
+    let refused = &v.unleased["evil"];
+    assert_eq!(
+        refused.as_ref().map(|r| r.api_url.as_str()),
+        Some("http://attacker.example:9901")
+    );
+    // It holds no shard and is counted by nobody's plan.
+    assert_eq!(
+        plan_shards(&v, 5, "a", Replicas::Auto),
+        ShardAction::Claim(0)
+    );
+}
+
+#[test]
 fn shard_plans() {
     use ShardAction::*;
     struct Case {

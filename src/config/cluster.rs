@@ -10,6 +10,9 @@
 //!   algorithm: round-robin   # or hash
 //!   name: edge-1             # default: <hostname>:<admin port>
 //!   apiUrl: http://10.0.0.7:9901   # default: http://<admin address>
+//!   peerTokenFile: secrets/peer-token   # what replicas present to each other
+//!   peerAllow: ["10.0.0.0/24"]          # where a peer's apiUrl may point (default loopback)
+//!   ackTimeout: 5s                      # a replica slower than this is reported lagging
 //! ```
 //!
 //! Validation never reads the network or the clock; it only checks shapes and ranges
@@ -17,7 +20,19 @@
 
 use std::time::Duration;
 
+use ipnet::IpNet;
+
 use super::raw::{RawCluster, RawReplicas};
+
+/// The peer token: never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PeerToken(pub String);
+
+impl std::fmt::Debug for PeerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
 
 /// How canaries are spread over shards (`cluster.algorithm`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,6 +76,18 @@ pub const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
 /// Longest heartbeat accepted (a takeover would take over 30 minutes).
 pub const MAX_HEARTBEAT: Duration = Duration::from_secs(600);
 
+/// Default `ackTimeout`.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default `peerAllow`: loopback only, so that a fleet on one host works as it
+/// is and a fleet across hosts names its network.
+pub fn default_peer_allow() -> Vec<IpNet> {
+    ["127.0.0.0/8", "::1/128"]
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
 /// Largest fixed shard count.
 pub const MAX_REPLICAS: i64 = 1024;
 
@@ -92,6 +119,12 @@ pub struct ClusterSettings {
     /// This replica's control-API URL as other replicas reach it; `None`:
     /// `http://<admin address>` as bound.
     pub api_url: Option<String>,
+    /// The token replicas present to each other (`peerTokenFile`, read at load).
+    pub peer_token: Option<PeerToken>,
+    /// Networks another replica's control API may be in (`peerAllow`).
+    pub peer_allow: Vec<IpNet>,
+    /// Wait for a replica's acknowledgement before it is reported lagging.
+    pub ack_timeout: Duration,
 }
 
 impl ClusterSettings {
@@ -226,6 +259,39 @@ pub fn validate(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String
             push("apiUrl", r);
         }
     }
+    let mut peer_allow = Vec::new();
+    for (i, cidr) in raw.peer_allow.iter().flatten().enumerate() {
+        match cidr
+            .parse::<IpNet>()
+            .or_else(|_| cidr.parse::<std::net::IpAddr>().map(IpNet::from))
+        {
+            Ok(n) => peer_allow.push(n),
+            Err(_) => push(
+                &format!("peerAllow[{i}]"),
+                format!("expected a CIDR such as 10.0.0.0/24 or an address (got {cidr:?})"),
+            ),
+        }
+    }
+    if raw.peer_allow.is_none() {
+        peer_allow = default_peer_allow();
+    }
+    let ack_timeout = match &raw.ack_timeout {
+        None => DEFAULT_ACK_TIMEOUT,
+        Some(s) => match super::parse_duration(s) {
+            Ok(d) if d.is_zero() || d > MAX_HEARTBEAT => {
+                push(
+                    "ackTimeout",
+                    format!("must be above 0 and at most {MAX_HEARTBEAT:?} (got {s})"),
+                );
+                DEFAULT_ACK_TIMEOUT
+            }
+            Ok(d) => d,
+            Err(e) => {
+                push("ackTimeout", e);
+                DEFAULT_ACK_TIMEOUT
+            }
+        },
+    };
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -244,7 +310,24 @@ pub fn validate(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String
             .api_url
             .as_ref()
             .map(|u| u.trim_end_matches('/').to_string()),
+        // Read by the caller, which knows the config file's directory.
+        peer_token: None,
+        peer_allow,
+        ack_timeout,
     })
+}
+
+impl ClusterSettings {
+    /// True when `ip` is inside `peerAllow`.
+    pub fn peer_allowed(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.peer_allow.iter().any(|n| n.contains(&ip))
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +350,38 @@ mod tests {
         assert_eq!(s.heartbeat, Duration::from_secs(10));
         assert_eq!(s.algorithm, Algorithm::RoundRobin);
         assert_eq!(s.lease_ttl_secs(), 30);
+        assert_eq!(s.ack_timeout, DEFAULT_ACK_TIMEOUT);
+        assert!(s.peer_allowed("127.0.0.5".parse().unwrap()));
+        assert!(s.peer_allowed("::1".parse().unwrap()));
+        assert!(s.peer_allowed("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!s.peer_allowed("10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn peer_allow_replaces_the_default() {
+        let s = validate(&RawCluster {
+            peer_allow: Some(vec!["10.1.0.0/16".into(), "192.168.0.7".into()]),
+            ack_timeout: Some("1500ms".into()),
+            ..raw(&["http://e:2379"])
+        })
+        .expect("valid");
+        assert!(s.peer_allowed("10.1.2.3".parse().unwrap()));
+        assert!(s.peer_allowed("192.168.0.7".parse().unwrap()));
+        assert!(!s.peer_allowed("192.168.0.8".parse().unwrap()));
+        assert!(
+            !s.peer_allowed("127.0.0.1".parse().unwrap()),
+            "loopback is no longer allowed"
+        );
+        assert_eq!(s.ack_timeout, Duration::from_millis(1500));
+        let none = validate(&RawCluster {
+            peer_allow: Some(vec![]),
+            ..raw(&["http://e:2379"])
+        })
+        .expect("valid");
+        assert!(
+            !none.peer_allowed("127.0.0.1".parse().unwrap()),
+            "an empty list allows no peer"
+        );
     }
 
     #[test]
@@ -299,6 +414,9 @@ mod tests {
             algorithm: Some("consistent".into()),
             name: Some("a b".into()),
             api_url: Some("ftp://x".into()),
+            peer_token_file: None,
+            peer_allow: Some(vec!["10.0.0.0/8".into(), "ten".into()]),
+            ack_timeout: Some("0s".into()),
         };
         let errs = validate(&r).expect_err("invalid");
         let paths: Vec<&str> = errs.iter().map(|(p, _)| p.as_str()).collect();
@@ -313,7 +431,9 @@ mod tests {
                 "cluster.heartbeat",
                 "cluster.algorithm",
                 "cluster.name",
-                "cluster.apiUrl"
+                "cluster.apiUrl",
+                "cluster.peerAllow[1]",
+                "cluster.ackTimeout"
             ]
         );
         let errs = validate(&RawCluster {

@@ -158,6 +158,17 @@ pub struct RawCluster {
     /// `http://<admin address>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_url: Option<String>,
+    /// File holding the token replicas present to each other's control API (at least
+    /// 16 characters; required when `admin.tokenFile` is set). Never the admin token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_token_file: Option<String>,
+    /// CIDRs another replica's `apiUrl` must resolve into (default: loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_allow: Option<Vec<String>>,
+    /// How long a routing step may wait for a replica's acknowledgement before the
+    /// run reports it lagging (default 5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_timeout: Option<String>,
 }
 
 /// `replicas: 3` or `replicas: auto`.

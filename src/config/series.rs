@@ -99,6 +99,9 @@ pub const FAMILIES: &[Family] = &[
     weir("weir_canary_duration_seconds", Histogram),
     weir("weir_canary_runs_total", Counter),
     weir("weir_backend_revision_info", Gauge),
+    // The fleet.
+    weir("weir_cluster_peers_refused_total", Counter),
+    weir("weir_cluster_replica_lag_seconds", Gauge),
     // The same facts under Flagger's names, and the request series under Istio's.
     flagger("flagger_info", Gauge),
     flagger("flagger_canary_total", Gauge),

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
 use http::{Method, Response, StatusCode};
 
-use crate::control::api::{full, ApiError, ApiRequest, ApiResponse, RouteDef};
+use crate::control::api::{full, ApiError, ApiRequest, ApiResponse, Auth, RouteDef};
 
 /// The Content-Security-Policy of every console answer.
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
@@ -76,13 +76,13 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/ui/",
-        auth: false,
+        auth: Auth::Public,
         handler: |_, _| Box::pin(async { Ok(serve("index.html")) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/ui/{file}",
-        auth: false,
+        auth: Auth::Public,
         handler: |_, r| Box::pin(async move { file(&r) }),
     },
 ];

@@ -75,15 +75,26 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<ApiResponse, ApiErro
 /// A handler: state and request in, response (or error) out.
 pub type Handler = fn(Arc<ApiState>, ApiRequest) -> HandlerFuture;
 
+/// Which tokens an endpoint takes when the API requires one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auth {
+    /// None needed: the probes (`/healthz`, `/readyz`) and the console's files.
+    Public,
+    /// The admin token (or, for a GET, the read-only token).
+    Token,
+    /// As [`Auth::Token`], or the peer token: the calls one replica's engine makes
+    /// to another's data plane, and a canary command forwarded to its owner.
+    TokenOrPeer,
+}
+
 /// One entry of the route table.
 pub struct RouteDef {
     /// The method served.
     pub method: Method,
     /// Path template; `{name}` segments capture one path segment.
     pub path: &'static str,
-    /// Whether the bearer token is required (when one is configured).
-    /// Only the probes (`/healthz`, `/readyz`) are public.
-    pub auth: bool,
+    /// Which bearer tokens it takes (when the API requires one).
+    pub auth: Auth,
     /// The handler.
     pub handler: Handler,
 }
@@ -103,6 +114,9 @@ pub struct ApiState {
     pub token: Option<String>,
     /// The token that may only read (`admin.readOnlyTokenFile`), if configured.
     pub read_only_token: Option<String>,
+    /// The token other replicas present (`cluster.peerTokenFile`), if configured:
+    /// taken only on [`Auth::TokenOrPeer`] endpoints.
+    pub peer_token: Option<String>,
     /// True once every listener is bound and the table is loaded; false
     /// again while draining (`/readyz`).
     pub ready: Arc<AtomicBool>,

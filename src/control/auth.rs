@@ -10,6 +10,10 @@
 //! token could be inferred, which the config already makes at least 16
 //! characters. Both tokens are compared on every request, so the time taken
 //! does not tell which one matched either. Tokens are never logged or echoed.
+//!
+//! In a fleet, `cluster.peerTokenFile` adds the token replicas present to each
+//! other, granted [`Access::Peer`]: the dispatcher takes it only on the endpoints
+//! an engine calls on a data plane and on forwarded canary commands.
 
 use http::header::AUTHORIZATION;
 use http::HeaderMap;
@@ -44,6 +48,16 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Checks the request's bearer token against the token that writes
 /// (`None`: no authentication) and the one that only reads.
 pub fn check(write: Option<&str>, read_only: Option<&str>, headers: &HeaderMap) -> AuthResult {
+    check_with_peer(write, read_only, None, headers)
+}
+
+/// [`check`], also taking the fleet's peer token (granted [`Access::Peer`]).
+pub fn check_with_peer(
+    write: Option<&str>,
+    read_only: Option<&str>,
+    peer: Option<&str>,
+    headers: &HeaderMap,
+) -> AuthResult {
     let Some(expected) = write else {
         return AuthResult::Allowed(Access::Write);
     };
@@ -58,10 +72,13 @@ pub fn check(write: Option<&str>, read_only: Option<&str>, headers: &HeaderMap) 
     let presented = value[7..].trim_ascii();
     let is_write = constant_time_eq(presented, expected.as_bytes());
     let is_read = read_only.is_some_and(|r| constant_time_eq(presented, r.as_bytes()));
+    let is_peer = peer.is_some_and(|p| constant_time_eq(presented, p.as_bytes()));
     if is_write {
         AuthResult::Allowed(Access::Write)
     } else if is_read {
         AuthResult::Allowed(Access::Read)
+    } else if is_peer {
+        AuthResult::Allowed(Access::Peer)
     } else {
         AuthResult::Wrong
     }
@@ -119,6 +136,36 @@ mod tests {
                 Some("0123456789abcdef"),
                 None,
                 &headers("Bearer fedcba9876543210")
+            ),
+            AuthResult::Wrong
+        );
+    }
+
+    #[test]
+    fn the_peer_token_is_its_own_access() {
+        let all = |h: &HeaderMap| {
+            check_with_peer(
+                Some("0123456789abcdef"),
+                Some("fedcba9876543210"),
+                Some("peerpeerpeerpeer"),
+                h,
+            )
+        };
+        assert_eq!(
+            all(&headers("Bearer peerpeerpeerpeer")),
+            AuthResult::Allowed(Access::Peer)
+        );
+        assert_eq!(
+            all(&headers("Bearer 0123456789abcdef")),
+            AuthResult::Allowed(Access::Write)
+        );
+        assert_eq!(all(&headers("Bearer peerpeerpeerpee")), AuthResult::Wrong);
+        // Without a peer token configured, it opens nothing.
+        assert_eq!(
+            check(
+                Some("0123456789abcdef"),
+                None,
+                &headers("Bearer peerpeerpeerpeer")
             ),
             AuthResult::Wrong
         );

@@ -3,7 +3,9 @@
 //! stream `/api/v1/events` and `/api/v1/whoami` (what the presented token
 //! may do).
 
-use super::api::{full, json_response, raw_json, ApiResponse, ApiState, ReadinessCheck, RouteDef};
+use super::api::{
+    full, json_response, raw_json, ApiResponse, ApiState, Auth, ReadinessCheck, RouteDef,
+};
 use super::api::{OPENAPI_JSON, SSE_KEEPALIVE};
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
@@ -26,7 +28,7 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/healthz",
-        auth: false,
+        auth: Auth::Public,
         handler: |_, _| {
             Box::pin(async {
                 Ok(json_response(
@@ -39,19 +41,19 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/readyz",
-        auth: false,
+        auth: Auth::Public,
         handler: |s, _| Box::pin(async move { Ok(readyz(&s)) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/metrics",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, _| Box::pin(async move { Ok(metrics(&s)) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/openapi.json",
-        auth: true,
+        auth: Auth::Token,
         handler: |_, _| {
             Box::pin(async {
                 Ok(raw_json(
@@ -64,7 +66,7 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/api/v1/whoami",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, r| {
             Box::pin(async move {
                 Ok(json_response(
@@ -80,7 +82,7 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/api/v1/events",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, _| Box::pin(async move { Ok(events(&s)) }),
     },
 ];

@@ -1,7 +1,7 @@
 //! Serving the admin API: the listener loop, path matching, authentication
 //! and the capped body read, then the matched handler.
 
-use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef};
 use super::api::{HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS};
 use super::auth::{self, Access, AuthResult};
 use bytes::Bytes;
@@ -141,21 +141,26 @@ async fn dispatch(
     let segs = segments(&path);
     let mut matched: Option<(&'static RouteDef, Vec<(String, String)>)> = None;
     let mut allowed: Vec<&'static str> = Vec::new();
-    let mut needs_auth = true;
+    let mut needs = Auth::Token;
     for &def in &state.routes {
         if let Some(params) = match_template(def.path, &segs) {
             allowed.push(def.method.as_str());
             if def.method == req.method() {
-                needs_auth = def.auth;
+                needs = def.auth;
                 matched = Some((def, params));
             }
         }
     }
     // Authenticate before telling anything about paths.
     let mut access = Access::Write;
-    if needs_auth {
+    if needs != Auth::Public {
         let token = state.token.as_deref();
-        match auth::check(token, state.read_only_token.as_deref(), req.headers()) {
+        match auth::check_with_peer(
+            token,
+            state.read_only_token.as_deref(),
+            state.peer_token.as_deref(),
+            req.headers(),
+        ) {
             AuthResult::Allowed(a) => access = a,
             r => {
                 let reason = if r == AuthResult::Missing {
@@ -171,6 +176,20 @@ async fn dispatch(
                 return Err(e);
             }
         }
+    }
+    if access == Access::Peer && needs != Auth::TokenOrPeer {
+        // Another replica's token opens the data-plane calls and forwarded
+        // commands only: a stolen peer token cannot replace the table or read
+        // the rest of the API.
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            None,
+            format!(
+                "the peer token may not {} {path}: it only serves the calls one replica makes to another",
+                req.method()
+            ),
+        ));
     }
     let reads = matches!(*req.method(), Method::GET | Method::HEAD);
     if access == Access::Read && !reads {

@@ -11,7 +11,9 @@
 //!   (`Progressing`, `Complete`, `Stalled`), its deadline and recent events.
 
 use crate::config::ConfigError;
-use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use crate::control::api::{
+    json_response, ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef,
+};
 use crate::dataplane::endpoints::runtime::{EndpointsView, RolloutSnapshot};
 use crate::dataplane::store::{TableStore, WriteError};
 use http::header::{HeaderValue, ETAG};
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub static ROUTES: &[RouteDef] = &[RouteDef {
     method: Method::PUT,
     path: "/api/v1/backends/{name}/endpoints",
-    auth: true,
+    auth: Auth::Token,
     handler: |s, r| Box::pin(async move { handle_put(&s, &r) }),
 }];
 

@@ -3,7 +3,7 @@
 //! `/metrics`, both read from the app's
 //! [`ProviderBoard`](crate::dataplane::providers::ProviderBoard).
 
-use crate::control::api::{json_response, ApiResponse, ApiState, RouteDef};
+use crate::control::api::{json_response, ApiResponse, ApiState, Auth, RouteDef};
 use crate::dataplane::metrics::ScrapeSection;
 use crate::dataplane::providers::ProviderBoard;
 use crate::wire::providers::ProvidersDoc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub static ROUTES: &[RouteDef] = &[RouteDef {
     method: Method::GET,
     path: "/api/v1/providers",
-    auth: true,
+    auth: Auth::Token,
     handler: |s, _| Box::pin(async move { Ok(list(&s)) }),
 }];
 

@@ -27,7 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use super::driver::{CanaryStatus, CommandOutcome, Engine, EngineError};
 use super::machine::ManualCommand;
-use crate::control::api::{json_response, ApiError, ApiRequest, ApiResponse, ApiState, RouteDef};
+use crate::control::api::{
+    json_response, ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef,
+};
 use crate::wire::canary::StartRequest;
 
 /// Longest revision label accepted by `start`.
@@ -38,43 +40,43 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/api/v1/canaries",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, _| Box::pin(async move { list(&s) }),
     },
     RouteDef {
         method: Method::GET,
         path: "/api/v1/canaries/{name}",
-        auth: true,
+        auth: Auth::Token,
         handler: |s, r| Box::pin(async move { get(&s, &r) }),
     },
     RouteDef {
         method: Method::POST,
         path: "/api/v1/canaries/{name}/start",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { command(&s, &r, "start").await }),
     },
     RouteDef {
         method: Method::POST,
         path: "/api/v1/canaries/{name}/promote",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { command(&s, &r, "promote").await }),
     },
     RouteDef {
         method: Method::POST,
         path: "/api/v1/canaries/{name}/abort",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { command(&s, &r, "abort").await }),
     },
     RouteDef {
         method: Method::POST,
         path: "/api/v1/canaries/{name}/pause",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { command(&s, &r, "pause").await }),
     },
     RouteDef {
         method: Method::POST,
         path: "/api/v1/canaries/{name}/resume",
-        auth: true,
+        auth: Auth::TokenOrPeer,
         handler: |s, r| Box::pin(async move { command(&s, &r, "resume").await }),
     },
 ];
@@ -246,7 +248,9 @@ async fn forward(
         ("content-type", "application/json".to_string()),
         (FORWARDED_HEADER, cluster.name().to_string()),
     ];
-    if let Some(t) = &s.token {
+    // The peer token, never the admin token: the owner is another process whose
+    // address came from etcd.
+    if let Some(t) = &s.peer_token {
         headers.push(("authorization", format!("Bearer {t}")));
     }
     tracing::info!(target: "weir::audit", actor = %r.actor(), canary = %name, command = what, owner = %owner.name, "canary command forwarded to the owner");

@@ -11,6 +11,9 @@ pub enum Access {
     Write,
     /// GETs only (the `readOnlyTokenFile` token): a write answers 403.
     Read,
+    /// Another replica of the fleet (the `cluster.peerTokenFile` token): only the
+    /// calls an engine makes to a data plane and forwarded canary commands.
+    Peer,
 }
 
 /// `GET /api/v1/whoami`.

@@ -86,6 +86,25 @@ pub struct ClusterStatus {
     pub owned: Vec<String>,
     /// Recent ownership events of this replica, oldest first.
     pub events: Vec<ClusterEvent>,
+    /// Member records not trusted as peers now (no lease, or an `apiUrl` outside
+    /// `peerAllow`).
+    #[serde(default)]
+    pub refused_peers: Vec<RefusedPeer>,
+    /// Refusals reported since this replica started.
+    #[serde(default)]
+    pub peers_refused_total: u64,
+}
+
+/// A member record refused as a peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedPeer {
+    /// The name in its key.
+    pub name: String,
+    /// The control-API URL it claims.
+    pub api_url: String,
+    /// Why it is refused.
+    pub reason: String,
 }
 
 /// The lease part of the status.
@@ -114,6 +133,23 @@ pub struct MemberStatus {
     pub heartbeat_ms: u64,
     /// Shards it holds; empty: a standby.
     pub shards: Vec<u32>,
+    /// The routing-table version it had applied at its last heartbeat.
+    #[serde(default)]
+    pub table_version: Option<u64>,
+    /// How long it has left a routing step of a canary this replica drives
+    /// unacknowledged, ms (0: up to date).
+    #[serde(default)]
+    pub lag_ms: u64,
+    /// The canaries driven here that wait for it.
+    #[serde(default)]
+    pub waiting: Vec<String>,
+    /// Trusted as a peer (this replica itself always is).
+    #[serde(default = "yes")]
+    pub trusted: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A shard of the assignment.

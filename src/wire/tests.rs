@@ -10,12 +10,14 @@ const DOC_CLUSTER: &str = r#"{"enabled": true, "replica": "edge-1", "apiUrl": "h
  "replicas": "3", "heartbeatMs": 10000, "leaseTtlSecs": 30, "ready": true,
  "lease": {"id": "2040829aa3c5b1a6", "ttlSecs": 30, "valid": true, "expiresInMs": 19870},
  "etcdError": null, "revision": 1742,
- "members": [{"name": "edge-1", "apiUrl": "http://10.0.0.7:9901", "heartbeatMs": 1746100060000, "shards": [0]}],
+ "members": [{"name": "edge-1", "apiUrl": "http://10.0.0.7:9901", "heartbeatMs": 1746100060000, "shards": [0],
+              "tableVersion": 57, "lagMs": 0, "waiting": [], "trusted": true}],
  "shards": [{"shard": 0, "replica": "edge-1", "heartbeatMs": 1746100060000, "canaries": ["app"]}],
  "canaries": [{"canary": "app", "shard": 0, "owner": "edge-1", "ownerRevision": 1207}],
  "owned": ["app"],
  "events": [{"seq": 4, "timeMs": 1746100000000, "replica": "edge-1", "kind": "CanaryAcquired",
-             "canary": "app", "shard": 0, "revision": 1207, "message": "owner key taken through shard 0: driving"}]}"#;
+             "canary": "app", "shard": 0, "revision": 1207, "message": "owner key taken through shard 0: driving"}],
+ "refusedPeers": [], "peersRefusedTotal": 0}"#;
 
 fn round_trip(doc: &ClusterDoc) {
     let text = serde_json::to_string(doc).unwrap();
@@ -93,6 +95,10 @@ fn the_servers_cluster_status_parses_into_the_wire_type() {
             api_url: "http://a:9901".into(),
             heartbeat_ms: 7,
             shards: vec![1],
+            table_version: Some(12),
+            lag_ms: 1500,
+            waiting: vec!["app".into()],
+            trusted: true,
         }],
         shards: vec![m::ShardStatus {
             shard: 1,
@@ -117,6 +123,12 @@ fn the_servers_cluster_status_parses_into_the_wire_type() {
             revision: 0,
             message: "lease expired".into(),
         }],
+        refused_peers: vec![m::RefusedPeer {
+            name: "evil".into(),
+            api_url: "http://203.0.113.9:9901".into(),
+            reason: "its member record is bound to no lease".into(),
+        }],
+        peers_refused_total: 1,
     };
     let mut served = serde_json::to_value(&status).unwrap();
     served

@@ -39,7 +39,7 @@ fn free_port() -> u16 {
 }
 
 /// A throwaway single-node etcd.
-struct Etcd {
+pub(crate) struct Etcd {
     child: Option<Child>,
     dir: PathBuf,
     client_port: u16,
@@ -48,7 +48,7 @@ struct Etcd {
 
 impl Etcd {
     /// Starts etcd, or returns `None` (after printing why) when it is not installed.
-    async fn start(test: &str) -> Option<Etcd> {
+    pub(crate) async fn start(test: &str) -> Option<Etcd> {
         if !support::tool_available("etcd", test, "apt-get install etcd-server") {
             return None;
         }
@@ -68,7 +68,7 @@ impl Etcd {
         Some(e)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
     }
 
@@ -109,7 +109,7 @@ impl Etcd {
     }
 
     /// SIGKILL: as abrupt as a crash or a partition.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -136,6 +136,9 @@ fn settings(etcd: &Etcd, replicas: Replicas, algorithm: Algorithm) -> ClusterSet
         algorithm,
         name: None,
         api_url: None,
+        peer_token: None,
+        peer_allow: weir::config::cluster::default_peer_allow(),
+        ack_timeout: weir::config::cluster::DEFAULT_ACK_TIMEOUT,
     }
 }
 
@@ -176,7 +179,7 @@ fn drivers(replicas: &[&Cluster]) -> BTreeMap<String, Vec<String>> {
 }
 
 /// Polls `cond` every 50 ms for at most `bound`; false if it never held.
-async fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let polls = (bound.as_millis() / POLL.as_millis()).max(1);
     for _ in 0..polls {
         if cond() {
@@ -693,13 +696,13 @@ fn replica_yaml(
     y
 }
 
-async fn start_app(yaml: &str) -> RunningApp {
+pub(crate) async fn start_app(yaml: &str) -> RunningApp {
     let cfg = weir::config::parse_yaml(yaml, "fleet.yaml", std::path::Path::new("."))
         .unwrap_or_else(|e| panic!("test config invalid:\n{e}\n---\n{yaml}"));
     weir::app::start(cfg).await.expect("start app")
 }
 
-fn cl(app: &RunningApp) -> &Cluster {
+pub(crate) fn cl(app: &RunningApp) -> &Cluster {
     app.cluster.as_ref().expect("cluster configured")
 }
 

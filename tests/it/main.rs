@@ -27,6 +27,8 @@ mod docker_provider;
 mod drain;
 mod endpoints;
 mod express;
+mod fleet_acks;
+mod fleet_trust;
 mod heads;
 mod import;
 mod judge;

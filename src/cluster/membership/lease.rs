@@ -33,6 +33,7 @@ impl Inner {
             api_url: self.opts.api_url.clone(),
             heartbeat_ms: self.clock.now_ms(),
             started_ms: self.clock.now_ms(),
+            table_version: lock(&self.table_version).as_ref().map(|f| f()),
         })
         .unwrap_or_default()
     }

@@ -39,6 +39,7 @@
 //! - this file: the [`Cluster`] handle, its options, events and the local state;
 //! - `lease`: the heartbeat task (grant, keepalive, record refresh);
 //! - `reconcile`: the reconcile and watch tasks (shard claims, owner keys, fenced save);
+//! - `peers`: which members are trusted as peers, and their acknowledgement lag;
 //! - `status`: what `GET /api/v1/cluster` shows.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -57,10 +58,15 @@ use crate::clock::Clock;
 use crate::config::cluster::ClusterSettings;
 
 mod lease;
+mod peers;
 mod reconcile;
 mod status;
 
-pub use status::{CanaryOwnership, ClusterStatus, LeaseStatus, MemberStatus, ShardStatus};
+pub use peers::vet_url;
+
+pub use status::{
+    CanaryOwnership, ClusterStatus, LeaseStatus, MemberStatus, RefusedPeer, ShardStatus,
+};
 
 #[cfg(test)]
 mod tests;
@@ -190,6 +196,8 @@ struct State {
     /// The member key is written for the current lease.
     member_written: bool,
     etcd_error: Option<String>,
+    /// The members vetted as peers, the refused ones, the engine's waits.
+    peers: peers::PeerState,
 }
 
 struct Inner {
@@ -210,7 +218,11 @@ struct Inner {
     stopped: AtomicBool,
     /// Records' and events' times, the local lease deadline, the waits.
     clock: Clock,
+    /// This replica's routing-table version, for its member record.
+    table_version: Mutex<Option<TableVersion>>,
 }
+
+type TableVersion = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 /// This replica's handle on the fleet (cheap to clone).
 #[derive(Clone)]
@@ -340,7 +352,9 @@ impl Cluster {
         lock(&self.inner.log).iter().cloned().collect()
     }
 
-    /// Every live member's control API (from the last snapshot), this one included.
+    /// Every live member's control API (from the last snapshot), this one included;
+    /// a member not trusted as a peer (bound to no lease, or its `apiUrl` outside
+    /// `peerAllow`) is left out.
     pub fn peers(&self) -> Vec<Peer> {
         let st = lock(&self.inner.state);
         let me = st.lease.as_ref().map(|l| l.id);
@@ -352,10 +366,14 @@ impl Cluster {
                     .iter()
                     .filter_map(|(name, e)| {
                         let r = e.record.as_ref()?;
+                        let is_self = Some(e.lease) == me || *name == self.inner.opts.name;
+                        if !is_self && !self.inner.trusted(&st, name, &r.api_url) {
+                            return None;
+                        }
                         Some(Peer {
                             name: name.clone(),
                             api_url: r.api_url.clone(),
-                            is_self: Some(e.lease) == me || *name == self.inner.opts.name,
+                            is_self,
                         })
                     })
                     .collect()
@@ -372,7 +390,8 @@ impl Cluster {
     }
 
     /// The replica holding `canary`'s owner key in the last snapshot, with its control
-    /// API (for forwarding an operator's command to it).
+    /// API (for forwarding an operator's command to it); `None` as well when that
+    /// replica is not trusted as a peer.
     pub fn owner_of(&self, canary: &str) -> Option<Peer> {
         let st = lock(&self.inner.state);
         let view = st.view.as_ref()?;
@@ -384,8 +403,13 @@ impl Cluster {
             .and_then(|m| m.record.as_ref())
             .map(|r| r.api_url.clone())?;
         let me = st.lease.as_ref().map(|l| l.id);
+        let is_self = Some(owner.lease) == me;
+        // A command is forwarded with the peer token: never to an untrusted address.
+        if !is_self && !self.inner.trusted(&st, &name, &api_url) {
+            return None;
+        }
         Some(Peer {
-            is_self: Some(owner.lease) == me,
+            is_self,
             name,
             api_url,
         })
@@ -498,6 +522,7 @@ impl Inner {
             locks: Mutex::new(BTreeMap::new()),
             stopped: AtomicBool::new(false),
             clock,
+            table_version: Mutex::new(None),
         })
     }
 

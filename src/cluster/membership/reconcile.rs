@@ -78,6 +78,7 @@ impl Inner {
         if !self.verify(me, &view) {
             return Ok(false);
         }
+        self.vet_peers(&view).await;
         let settings = &self.opts.settings;
         match plan_shards(&view, me, &self.opts.name, settings.replicas) {
             ShardAction::Claim(s) => {

@@ -9,7 +9,7 @@ use crate::config::cluster::Replicas;
 // The documents are the API's wire types, defined once for the server and
 // `weir ctl cluster`.
 pub use crate::wire::cluster::{
-    CanaryOwnership, ClusterStatus, LeaseStatus, MemberStatus, ShardStatus,
+    CanaryOwnership, ClusterStatus, LeaseStatus, MemberStatus, RefusedPeer, ShardStatus,
 };
 
 impl Inner {
@@ -44,18 +44,36 @@ impl Inner {
                 }
             })
             .collect();
+        let now = self.clock.now_ms();
         let members = view
             .members
             .iter()
-            .map(|(name, e)| MemberStatus {
-                name: name.clone(),
-                api_url: e
+            .map(|(name, e)| {
+                let api_url = e
                     .record
                     .as_ref()
                     .map(|r| r.api_url.clone())
-                    .unwrap_or_default(),
-                heartbeat_ms: e.record.as_ref().map(|r| r.heartbeat_ms).unwrap_or(0),
-                shards: view.shards_of(e.lease).into_iter().collect(),
+                    .unwrap_or_default();
+                let mut lag_ms = 0;
+                let mut waiting = Vec::new();
+                for (canary, list) in &st.peers.waiting {
+                    for (member, since) in list {
+                        if member == name {
+                            lag_ms = lag_ms.max(now.saturating_sub(*since));
+                            waiting.push(canary.clone());
+                        }
+                    }
+                }
+                MemberStatus {
+                    trusted: *name == self.opts.name || self.trusted(&st, name, &api_url),
+                    name: name.clone(),
+                    api_url,
+                    heartbeat_ms: e.record.as_ref().map(|r| r.heartbeat_ms).unwrap_or(0),
+                    shards: view.shards_of(e.lease).into_iter().collect(),
+                    table_version: e.record.as_ref().and_then(|r| r.table_version),
+                    lag_ms,
+                    waiting,
+                }
             })
             .collect();
         let canaries = self
@@ -117,6 +135,8 @@ impl Inner {
             canaries,
             owned,
             events: lock(&self.log).iter().cloned().collect(),
+            refused_peers: st.peers.refused.values().cloned().collect(),
+            peers_refused_total: st.peers.refused_total,
         }
     }
 }

@@ -171,6 +171,40 @@ pub(super) fn validate_admin(
 }
 
 /// Reads a bearer token file (trimmed, at least 16 characters).
+/// `cluster.peerTokenFile`, read: what replicas present to each other's control
+/// API. Required when the API takes a token (the admin token is never sent to a
+/// peer), and never the admin or read-only token itself.
+pub(super) fn peer_token(
+    c: &crate::config::raw::RawCluster,
+    admin: &AdminConfig,
+    base: &Path,
+    errs: &mut Errors,
+) -> Option<crate::config::cluster::PeerToken> {
+    const FIELD: &str = "cluster.peerTokenFile";
+    let Some(file) = c.peer_token_file.as_deref() else {
+        if admin.token.is_some() {
+            errs.push(
+                FIELD,
+                "required because admin.tokenFile is set: replicas present this token to each \
+                 other's control API (the admin token is never sent to a peer)",
+            );
+        }
+        return None;
+    };
+    let token = read_token(base, file, FIELD, errs)?;
+    if admin.token.as_deref() == Some(token.as_str())
+        || admin.read_only_token.as_deref() == Some(token.as_str())
+    {
+        errs.push(
+            FIELD,
+            "must differ from admin.tokenFile and admin.readOnlyTokenFile (a peer token opens \
+             only the calls an engine makes to a data plane)",
+        );
+        return None;
+    }
+    Some(crate::config::cluster::PeerToken(token))
+}
+
 fn read_token(base: &Path, file: &str, field: &str, errs: &mut Errors) -> Option<String> {
     match std::fs::read_to_string(base.join(file)) {
         Ok(t) if t.trim().len() >= 16 => Some(t.trim().to_string()),

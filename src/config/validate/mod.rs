@@ -165,13 +165,15 @@ pub fn validate_all(
             .map(|d| base.join(d)),
     };
     let cluster = raw.cluster.as_ref().and_then(|c| {
-        crate::config::cluster::validate(c)
+        let mut s = crate::config::cluster::validate(c)
             .map_err(|list| {
                 for (path, reason) in list {
                     errs.push(path, reason);
                 }
             })
-            .ok()
+            .ok()?;
+        s.peer_token = listeners::peer_token(c, &admin, base, &mut errs);
+        Some(s)
     });
     if !errs.0.is_empty() {
         return (Err(errs.0), errs.1);

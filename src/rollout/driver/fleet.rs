@@ -209,6 +209,10 @@ impl Runner {
         );
         s.ticks = self.ticks;
         s.skipped_ticks = self.skipped_ticks;
+        if let Some(w) = &self.ack_wait {
+            s.waiting_for_replicas = w.named.clone();
+            s.waiting_since_ms = Some(w.since_ms);
+        }
         if let Some(f) = &self.fleet_mode {
             s.owner = f.ownership.owner_of(&self.def.spec.name).map(|p| p.name);
             s.driven_here = Some(f.driving.is_some());
@@ -273,6 +277,8 @@ pub(super) fn build_status(
         data_planes: fleet.ids(),
         pending_writes: rec.pending.len(),
         data_plane_error: dp_error,
+        waiting_for_replicas: Vec::new(),
+        waiting_since_ms: None,
         owner: None,
         driven_here: None,
         events: ring.iter().cloned().collect(),

@@ -90,6 +90,7 @@ use crate::cluster::Ownership;
 use crate::config::CanaryConfig;
 use crate::dataplane::store::TableStore;
 
+mod acks;
 mod commit;
 mod fleet;
 mod observe;
@@ -138,8 +139,8 @@ pub struct EngineOptions {
     /// state lives in etcd (`state_dir` is not used), and canaries without
     /// `dataPlanes` drive every live replica. `None`: this weir is alone.
     pub ownership: Option<Arc<dyn Ownership>>,
-    /// Bearer token for the other replicas' control APIs (fleet mode; the fleet
-    /// shares one admin token).
+    /// Bearer token for the other replicas' control APIs (fleet mode: the
+    /// `cluster.peerTokenFile` token, never the admin token).
     pub peer_token: Option<String>,
     /// The machine's time (milliseconds since the Unix epoch, persisted in state
     /// records, so it must mean the same after a restart) and the waits between ticks.
@@ -275,6 +276,13 @@ pub struct CanaryStatus {
     pub pending_writes: usize,
     /// Why the last tick could not run, if it could not.
     pub data_plane_error: Option<String>,
+    /// The replicas (or data planes) the run waits for: they have not answered its
+    /// last routing step or read; empty when every one has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for_replicas: Vec<String>,
+    /// Since when it waits for them (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since_ms: Option<u64>,
     /// Fleet mode: the replica that owns (drives) the canary, as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -599,7 +607,11 @@ pub fn start_for_app(
             local: Some(LocalPlane { store, started }),
             sink: Some(sink),
             ownership,
-            peer_token: cfg.admin.token.clone(),
+            peer_token: cfg
+                .cluster
+                .as_ref()
+                .and_then(|c| c.peer_token.as_ref())
+                .map(|t| t.0.clone()),
             clock: Clock::system(),
             exporter: Some(exporter),
             alerter,

@@ -5,7 +5,7 @@ use super::runner::{Observed, OutsideChange, Runner};
 use super::*;
 
 use crate::rollout::convert::{checksum, endpoints_revision, NAMESPACE};
-use crate::rollout::dataplane::{probe_revision, BackendView};
+use crate::rollout::dataplane::{probe_revision, BackendView, RouteRead};
 use crate::rollout::machine::{HookResult, Observation, Phase, Plan, PlanStep};
 use crate::rollout::metrics;
 use crate::rollout::spec::Promotion;
@@ -64,12 +64,12 @@ impl Runner {
         }
     }
 
-    pub(super) async fn observe(&self, p: &Plan) -> Result<Observed, String> {
-        let routes = self
-            .fleet
-            .read_route(&self.def.route)
-            .await
-            .map_err(|e| e.to_string())?;
+    /// The tick's observation, from every plane's route as read at its start.
+    pub(super) async fn observe(
+        &self,
+        p: &Plan,
+        routes: Vec<RouteRead>,
+    ) -> Result<Observed, String> {
         let restarted: Vec<usize> = routes
             .iter()
             .enumerate()

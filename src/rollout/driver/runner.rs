@@ -119,6 +119,8 @@ pub(super) struct Runner {
     pub(super) ticks: u64,
     /// Wake-ups that stepped nothing (the status's `skippedTicks`).
     pub(super) skipped_ticks: u64,
+    /// The replicas the run waits for, while it does.
+    pub(super) ack_wait: Option<super::acks::AckWait>,
 }
 
 /// A change of an analysed run's route that the engine did not make.
@@ -179,6 +181,7 @@ impl Runner {
             exporter: None,
             ticks: 0,
             skipped_ticks: 0,
+            ack_wait: None,
         }
     }
 
@@ -267,13 +270,30 @@ impl Runner {
                 }
                 continue;
             }
+            // Every plane's route, read at once: a replica that does not answer
+            // holds the tick, named (acks.rs).
+            let routes = match self.read_fleet().await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.set_dp_error(Some(format!("tick skipped: {e}")));
+                    self.skipped();
+                    let d = Some(self.retry_delay());
+                    let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+                    match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
+                        Wake::Stop => break,
+                        Wake::Command(m) => self.command(m).await,
+                        Wake::Timeout => {}
+                    }
+                    continue;
+                }
+            };
             enum Next {
                 Observed(Result<Observed, String>),
                 Command(Option<CommandMsg>),
                 Stop,
             }
             let next = tokio::select! {
-                o = self.observe(&p) => Next::Observed(o),
+                o = self.observe(&p, routes) => Next::Observed(o),
                 m = cmd_rx.recv() => Next::Command(m),
                 _ = shutdown.changed() => Next::Stop,
             };
@@ -384,14 +404,14 @@ impl Runner {
     pub(super) async fn write_owed(&mut self) -> Result<bool, String> {
         let mut wrote = false;
         while let Some(change) = self.rec.pending.first().cloned() {
-            match self
-                .fleet
-                .write_route(&self.def.route, &change, &self.def)
-                .await
-            {
-                Ok(()) => {
+            match self.write_fleet(&change).await {
+                Ok(versions) => {
                     self.rec.pending.remove(0);
                     wrote = true;
+                    // Our own writes moved the planes' versions forward.
+                    for (v, new) in self.versions.iter_mut().zip(versions) {
+                        *v = Some(new);
+                    }
                 }
                 Err(errors) => {
                     if wrote {
@@ -404,18 +424,8 @@ impl Runner {
         }
         if wrote {
             self.persist().await;
-            self.refresh_versions().await;
         }
         Ok(wrote)
-    }
-
-    /// Records the planes' versions after our own writes (they moved them forward).
-    pub(super) async fn refresh_versions(&mut self) {
-        for (i, p) in self.fleet.planes().iter().enumerate() {
-            if let Ok(r) = p.read_route(&self.def.route).await {
-                self.versions[i] = Some(r.version);
-            }
-        }
     }
 
     /// The traffic the record says the route has.
