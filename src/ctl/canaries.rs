@@ -256,6 +256,20 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
     if let Some(e) = &c.data_plane_error {
         out.push_str(&format!("data plane problem: {e}\n"));
     }
+    if !c.waiting_for_replicas.is_empty() {
+        out.push_str(&format!(
+            "WAITING FOR REPLICAS {}{}: no step until they answer; do not redeploy a slot meanwhile\n",
+            // Member names come from etcd: no control character reaches the terminal.
+            c.waiting_for_replicas
+                .join(", ")
+                .chars()
+                .filter(|ch| !ch.is_control())
+                .collect::<String>(),
+            c.waiting_since_ms
+                .map(|t| format!(" since {}", clock_time(t)))
+                .unwrap_or_default()
+        ));
+    }
     for m in &c.last_checks.metrics {
         let verdict = match (m.passed, m.inconclusive, m.dry_run) {
             (true, _, false) => "ok".to_string(),
@@ -420,6 +434,15 @@ mod tests {
         assert!(detail.contains("[request-success-rate=99.50]"), "{detail}");
         assert!(
             detail.contains("check request-success-rate: 99.50"),
+            "{detail}"
+        );
+        assert!(!detail.contains("WAITING FOR REPLICAS"), "{detail}");
+        let mut waiting = c.clone();
+        waiting.waiting_for_replicas = vec!["r2\u{1b}[2J".into()];
+        waiting.waiting_since_ms = Some(3_723_000);
+        let detail = canary_detail(&waiting);
+        assert!(
+            detail.contains("WAITING FOR REPLICAS r2[2J since 01:02:03"),
             "{detail}"
         );
         let mut failed = c.clone();

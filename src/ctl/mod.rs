@@ -347,4 +347,40 @@ mod tests {
         assert_eq!(encode_segment("app-1.x"), "app-1.x");
         assert_eq!(encode_segment("a/b c"), "a%2Fb%20c");
     }
+
+    #[test]
+    fn the_fleet_lines_show_versions_lag_and_trust() {
+        let doc: crate::wire::cluster::ClusterStatus = serde_json::from_value(serde_json::json!({
+            "replica": "r0", "apiUrl": "http://127.0.0.1:1", "prefix": "/weir", "etcd": [],
+            "algorithm": "hash", "replicas": "auto", "heartbeatMs": 500, "leaseTtlSecs": 2,
+            "ready": true, "lease": null, "etcdError": null, "revision": 3,
+            "members": [
+                {"name": "r0", "apiUrl": "http://127.0.0.1:1", "heartbeatMs": 1, "shards": [0],
+                 "tableVersion": 9, "lagMs": 0, "waiting": [], "trusted": true},
+                {"name": "r1", "apiUrl": "http://127.0.0.1:2", "heartbeatMs": 1, "shards": [1],
+                 "tableVersion": 8, "lagMs": 2500, "waiting": ["app"], "trusted": true},
+                {"name": "x", "apiUrl": "http://10.0.0.9:3", "heartbeatMs": 1, "shards": [],
+                 "tableVersion": null, "lagMs": 0, "waiting": [], "trusted": false}],
+            "shards": [], "canaries": [], "owned": [], "events": [],
+            "refusedPeers": [{"name": "x", "apiUrl": "http://10.0.0.9:3", "reason": "outside"}],
+            "peersRefusedTotal": 1
+        }))
+        .unwrap();
+        let text = views::fleet_lines(&doc);
+        assert!(
+            text.starts_with("fleet: 3 members, this replica r0 (1 refused member records)"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("r1")
+                && l.contains(" 8 ")
+                && l.contains("2.5s (waited for by app)")),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("x ") && l.contains(" NO ")),
+            "{text}"
+        );
+    }
 }

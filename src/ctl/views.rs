@@ -75,7 +75,49 @@ pub(super) async fn status(
             &rows
         )
     )?;
+    // In a fleet: every member, the table version it applied, how far behind it is.
+    let cluster = api.ok(Method::GET, "/api/v1/cluster", None, None).await?;
+    if let crate::wire::cluster::ClusterDoc::Enabled(c) = cluster.parse()? {
+        write!(out, "\n{}", fleet_lines(&c))?;
+    }
     Ok(())
+}
+
+/// The fleet part of `weir ctl status`: one line per member.
+pub(super) fn fleet_lines(c: &crate::wire::cluster::ClusterStatus) -> String {
+    let clean = |s: &str| s.chars().filter(|ch| !ch.is_control()).collect::<String>();
+    let rows: Vec<Vec<String>> = c
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                clean(&m.name),
+                m.table_version.map_or("-".into(), |v| v.to_string()),
+                if m.lag_ms == 0 {
+                    "-".into()
+                } else {
+                    format!(
+                        "{:.1}s (waited for by {})",
+                        m.lag_ms as f64 / 1000.0,
+                        m.waiting.join(",")
+                    )
+                },
+                if m.trusted { "yes" } else { "NO" }.into(),
+                clean(&m.api_url),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "fleet: {} members, this replica {} ({} refused member records)\n",
+        c.members.len(),
+        clean(&c.replica),
+        c.refused_peers.len()
+    );
+    out.push_str(&render_table(
+        &["MEMBER", "TABLE", "LAG", "PEER", "API"],
+        &rows,
+    ));
+    out
 }
 
 pub(super) async fn routes(

@@ -208,7 +208,7 @@ async fn the_console_is_served_without_a_token_with_a_strict_policy() {
 
 /// A minimal DevTools-protocol client: one WebSocket to the browser, commands sent in
 /// turn, events skipped while waiting for an answer (uncaught page exceptions kept).
-mod cdp {
+pub(crate) mod cdp {
     use futures_util::{SinkExt, StreamExt};
     use serde_json::{json, Value};
     use std::process::Stdio;
@@ -465,7 +465,7 @@ mod cdp {
 }
 
 /// `js` as a JSON string literal.
-fn lit(s: &str) -> String {
+pub(crate) fn lit(s: &str) -> String {
     serde_json::to_string(s).unwrap()
 }
 

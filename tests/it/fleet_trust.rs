@@ -234,6 +234,60 @@ async fn forged_member_records_are_refused_and_never_called() {
         assert_eq!(outsider["trusted"], false, "{doc}");
     }
 
+    // The console's fleet table, in a real browser: every member with the table
+    // version it applied, the leased outsider not trusted, the forged record refused.
+    if support::tool_available(
+        "chromium",
+        "forged_member_records_are_refused_and_never_called",
+        "apt-get install chromium",
+    ) {
+        use crate::console::{cdp, lit};
+        let mut br = cdp::Browser::launch().await;
+        let tab = br
+            .tab(&format!("http://{}/ui/", a.admin_addr), 1280, 900)
+            .await;
+        tab.wait(
+            &mut br,
+            "the token is asked",
+            "document.getElementById('login').open",
+            RUN_WAIT,
+        )
+        .await;
+        let sign_in = format!(
+            "document.getElementById('token').value = {}; document.getElementById('login-form').requestSubmit(); true",
+            lit(ADMIN_TOKEN)
+        );
+        tab.eval(&mut br, &sign_in).await;
+        tab.wait(
+            &mut br,
+            "the fleet table",
+            "document.querySelectorAll('#members tbody tr').length === 3",
+            RUN_WAIT,
+        )
+        .await;
+        let cells = |member: &str| {
+            format!(
+                "Array.from(document.querySelectorAll('#members tr[data-member={}] td')).map((t) => t.textContent)",
+                lit(member)
+            )
+        };
+        let outsider = tab.eval(&mut br, &cells("outsider")).await;
+        assert_eq!(outsider[4], "not trusted", "{outsider}");
+        for member in ["a", "b"] {
+            let row = tab.eval(&mut br, &cells(member)).await;
+            let version: u64 = row[1].as_str().unwrap_or("").parse().unwrap_or(0);
+            assert!(version > 0, "{member}: {row}");
+            assert_eq!(row[4], "yes", "{row}");
+        }
+        let refused = tab
+            .eval(&mut br, "document.getElementById('refused').textContent")
+            .await;
+        assert!(refused.as_str().unwrap_or("").contains("evil"), "{refused}");
+        let errors = std::mem::take(&mut br.errors);
+        assert!(errors.is_empty(), "the page reported errors: {errors:#?}");
+        br.close().await;
+    }
+
     // The peer token: the data-plane calls only.
     let (s, _) = call(&a, "GET", "/api/v1/routes/app", PEER_TOKEN, "").await;
     assert_eq!(s, 200);

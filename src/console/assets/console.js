@@ -25,6 +25,7 @@
     sseStarted: false,
     reachable: true,
     bannerTimer: null,
+    fleet: null,
   };
 
   const $ = (id) => document.getElementById(id);
@@ -295,7 +296,9 @@
         if (r.ok) { S.status = r.json; drawCanary(); }
       } else {
         const r = await api('GET', '/api/v1/canaries');
+        const f = await api('GET', '/api/v1/cluster');
         if (S.page !== page) return;
+        if (f.ok) S.fleet = f.json.enabled ? f.json : null;
         if (r.ok) { S.canaries = r.json.canaries; drawOverview(); }
       }
       setReachable(true);
@@ -372,7 +375,30 @@
           el('th', {}, 'route'), el('th', {}, 'split primary / canary'), el('th', { class: 'hide-narrow' }, 'backends'),
           el('th', {}, 'rps primary'), el('th', {}, 'rps canary'), el('th', { class: 'hide-narrow' }, 'rps mirror'))),
         el('tbody', {}, routes)),
-      el('p', { class: 'muted' }, 'Requests per second over the last ' + STATS_WINDOW + '.')));
+      el('p', { class: 'muted' }, 'Requests per second over the last ' + STATS_WINDOW + '.'),
+      fleet()));
+  }
+
+  // In a fleet: every member with the routing-table version it applied and how long
+  // it has kept a step of a canary driven here waiting.
+  function fleet() {
+    const f = S.fleet;
+    if (!f) return null;
+    const rows = (f.members || []).map((m) => el('tr', { 'data-member': m.name, class: m.lagMs > 0 ? 'lagging' : null },
+      el('td', {}, m.name, m.name === f.replica ? el('span', { class: 'muted' }, ' (this replica)') : null),
+      el('td', { class: 'num' }, m.tableVersion == null ? '–' : String(m.tableVersion)),
+      el('td', { class: 'num' + (m.lagMs > 0 ? ' fail' : '') }, m.lagMs > 0 ? fmtNum(m.lagMs / 1000, 1) + ' s' : '–'),
+      el('td', {}, (m.waiting || []).join(', ') || '–'),
+      el('td', { class: m.trusted ? null : 'fail' }, m.trusted ? 'yes' : 'not trusted'),
+      el('td', { class: 'hide-narrow' }, m.apiUrl)));
+    const refused = (f.refusedPeers || []).map((r) => el('li', { class: 'fail' }, r.name + ' (' + r.apiUrl + '): ' + r.reason));
+    return el('div', { id: 'fleet' },
+      el('h1', {}, 'Fleet'),
+      el('section', { class: 'card scroll' }, el('table', { id: 'members' },
+        el('thead', {}, el('tr', {}, ['member', 'table version', 'lag', 'waited for by', 'peer', 'control API']
+          .map((h, i) => el('th', { class: i === 5 ? 'hide-narrow' : null }, h)))),
+        el('tbody', {}, rows)),
+        refused.length ? el('div', {}, el('p', {}, 'Refused member records'), el('ul', { id: 'refused' }, refused)) : null));
   }
 
   // The canary page: built once, then updated in place (the charts keep their canvas).
