@@ -922,7 +922,7 @@ async fn start_run(app: &RunningApp, c: &str) -> support::Resp {
     support::send(&support::client(), req).await
 }
 
-fn route_of(app: &RunningApp, c: &str) -> weir::config::raw::RawRoute {
+pub(crate) fn route_of(app: &RunningApp, c: &str) -> weir::config::raw::RawRoute {
     app.store
         .load()
         .spec

@@ -15,7 +15,7 @@ use weir::app::RunningApp;
 use weir::cluster::etcd::EtcdClient;
 use weir::rollout::Phase;
 
-use crate::cluster::{cl, eventually, start_app, Etcd};
+use crate::cluster::{cl, eventually, route_of, start_app, Etcd};
 use crate::support;
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
@@ -164,18 +164,8 @@ async fn forged_member_records_are_refused_and_never_called() {
         owner.engine.status("app").map(|s| (s.phase, s.message))
     );
     // The promotion reached the other replica through the peer token.
-    let route = |app: &RunningApp| {
-        app.store
-            .load()
-            .spec
-            .raw
-            .routes
-            .iter()
-            .find(|r| r.name == "app")
-            .map(|r| r.primary.clone())
-    };
-    assert_eq!(route(other).as_deref(), Some("app-green"));
-    assert_eq!(route(owner).as_deref(), Some("app-green"));
+    assert_eq!(route_of(other, "app").primary, "app-green");
+    assert_eq!(route_of(owner, "app").primary, "app-green");
 
     assert_eq!(
         hits.load(Ordering::SeqCst),

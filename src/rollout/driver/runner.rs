@@ -245,14 +245,8 @@ impl Runner {
                 None => continue,
             };
             if let Err(e) = settled {
-                self.set_dp_error(Some(e));
-                self.skipped();
-                let d = Some(self.retry_delay());
-                let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
-                match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
-                    Wake::Stop => break,
-                    Wake::Command(m) => self.command(m).await,
-                    Wake::Timeout => {}
+                if self.retry_later(e, &mut cmd_rx, &mut shutdown).await {
+                    break;
                 }
                 continue;
             }
@@ -275,14 +269,9 @@ impl Runner {
             let routes = match self.read_fleet().await {
                 Ok(r) => r,
                 Err(e) => {
-                    self.set_dp_error(Some(format!("tick skipped: {e}")));
-                    self.skipped();
-                    let d = Some(self.retry_delay());
-                    let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
-                    match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
-                        Wake::Stop => break,
-                        Wake::Command(m) => self.command(m).await,
-                        Wake::Timeout => {}
+                    let why = format!("tick skipped: {e}");
+                    if self.retry_later(why, &mut cmd_rx, &mut shutdown).await {
+                        break;
                     }
                     continue;
                 }
@@ -337,19 +326,35 @@ impl Runner {
                     self.tick(&obs, now).await;
                 }
                 Next::Observed(Err(e)) => {
-                    self.set_dp_error(Some(format!("tick skipped: {e}")));
-                    self.skipped();
-                    let d = Some(self.retry_delay());
-                    let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
-                    match wait(&self.clock, &mut cmd_rx, &mut shutdown, d, owner_rx).await {
-                        Wake::Stop => break,
-                        Wake::Command(m) => self.command(m).await,
-                        Wake::Timeout => {}
+                    let why = format!("tick skipped: {e}");
+                    if self.retry_later(why, &mut cmd_rx, &mut shutdown).await {
+                        break;
                     }
                 }
             }
         }
         tracing::debug!(target: "weir::rollout", canary = %self.def.spec.name, "canary task stopped");
+    }
+
+    /// A tick that could not run: the reason shown, the wake-up counted as skipped,
+    /// then a wait of [`Runner::retry_delay`] (ended early by a command, which is
+    /// applied). True when the task must stop.
+    async fn retry_later(
+        &mut self,
+        why: String,
+        cmd_rx: &mut mpsc::Receiver<CommandMsg>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        self.set_dp_error(Some(why));
+        self.skipped();
+        let d = Some(self.retry_delay());
+        let owner_rx = self.fleet_mode.as_mut().map(|f| &mut f.owner_rx);
+        match wait(&self.clock, cmd_rx, shutdown, d, owner_rx).await {
+            Wake::Stop => return true,
+            Wake::Command(m) => self.command(m).await,
+            Wake::Timeout => {}
+        }
+        false
     }
 
     /// A run restored from the state file continues; its first analysis waits one
