@@ -136,6 +136,8 @@ fn settings(etcd: &Etcd, replicas: Replicas, algorithm: Algorithm) -> ClusterSet
         algorithm,
         name: None,
         api_url: None,
+        etcd_tls: None,
+        etcd_auth: None,
     }
 }
 

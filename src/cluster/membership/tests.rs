@@ -23,6 +23,8 @@ fn inner(clock: Clock, etcd: &std::net::TcpListener) -> Inner {
                 algorithm: crate::cluster::Algorithm::RoundRobin,
                 name: Some("r1".into()),
                 api_url: Some("http://127.0.0.1:9901".into()),
+                etcd_tls: None,
+                etcd_auth: None,
             },
             name: "r1".into(),
             api_url: "http://127.0.0.1:9901".into(),
