@@ -128,7 +128,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     let cluster = match &cfg.cluster {
         None => None,
         Some(settings) => {
-            let c = start_cluster(settings, &cfg, admin_addr)?;
+            let c = start_cluster(settings, &cfg, admin_addr).await?;
             let table = store.clone();
             c.set_table_version(Arc::new(move || table.load().version));
             metrics.add_section(Arc::new(crate::cluster::api::ClusterMetrics(c.clone())));
@@ -253,8 +253,9 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
 
 /// Joins the fleet (`cluster:`): this replica's name and advertised control-API URL
 /// default to `<hostname>:<admin port>` and `http://<admin address>` (the hostname
-/// when the admin listener binds every interface).
-fn start_cluster(
+/// when the admin listener binds every interface). A configuration etcd refuses (its
+/// certificate, weir's, the user, a permission) fails the start with the field to fix.
+async fn start_cluster(
     settings: &crate::cluster::ClusterSettings,
     cfg: &Config,
     admin_addr: SocketAddr,
@@ -273,13 +274,13 @@ fn start_cluster(
     });
     let canaries = cfg.canaries.iter().map(|c| c.raw.name.clone()).collect();
     tracing::info!(target: "weir::cluster", replica = %name, %api_url, etcd = ?settings.etcd, "joining the fleet");
-    crate::cluster::Cluster::start(crate::cluster::ClusterOptions {
+    crate::cluster::Cluster::join(crate::cluster::ClusterOptions {
         settings: settings.clone(),
         name,
         api_url,
         canaries,
     })
-    .map_err(|e| format!("cluster: {e}"))
+    .await
 }
 
 /// Publishes every ownership event on the control API's bus (SSE kind `cluster`).

@@ -7,7 +7,10 @@
 //! - [`assign`]: PURE. Canary → shard: round-robin or rendezvous hashing.
 //! - [`view`]: PURE. One consistent snapshot of members, shards and owner keys, the
 //!   key layout ([`view::Keys`]) and the shard decision ([`view::plan_shards`]).
-//! - [`etcd`]: a small client of etcd's v3 JSON gateway (no gRPC stack).
+//! - [`etcd`]: a small client of etcd's v3 JSON gateway (no gRPC stack), over TLS and
+//!   as an etcd user when configured.
+//! - [`connect`]: the client of the settings (TLS and password files read) and the
+//!   first contact's checks, whose failures name the config field to fix.
 //! - [`api`]: `GET /api/v1/cluster`, the `/readyz` condition and the `weir ctl cluster` view.
 //! - [`membership`]: the [`Cluster`]: lease and heartbeat, shard claims, owner keys,
 //!   the fenced rollout-state store, events and status.
@@ -28,6 +31,7 @@
 
 pub mod api;
 pub mod assign;
+pub mod connect;
 pub mod etcd;
 pub mod membership;
 pub mod view;

@@ -3,7 +3,7 @@
 //!
 //! ```yaml
 //! cluster:
-//!   etcd: ["http://10.0.0.5:2379", "http://10.0.0.6:2379"]
+//!   etcd: ["https://10.0.0.5:2379", "https://10.0.0.6:2379"]   # or all http://
 //!   prefix: /weir            # every key lives under it
 //!   replicas: auto           # or a fixed shard count N
 //!   heartbeat: 10s           # lease renewal; the lease TTL is 3 × heartbeat
@@ -13,11 +13,16 @@
 //!   peerTokenFile: secrets/peer-token   # what replicas present to each other
 //!   peerAllow: ["10.0.0.0/24"]          # where a peer's apiUrl may point (default loopback)
 //!   ackTimeout: 5s                      # a replica slower than this is reported lagging
+//!   etcdTls: { caFile: ca.pem, certFile: weir.pem, keyFile: weir-key.pem }
+//!   etcdAuth: { username: weir, passwordFile: etcd-password }
 //! ```
 //!
-//! Validation never reads the network or the clock; it only checks shapes and ranges
-//! and reports every problem with its field path (`cluster.heartbeat`, ...).
+//! Validation never reads the network, the clock or a file; it only checks shapes and
+//! ranges, resolves paths against the config file's directory, and reports every
+//! problem with its field path (`cluster.heartbeat`, ...). `etcdTls` and `etcdAuth`
+//! are checked in `cluster_etcd` (re-exported here).
 
+use std::path::Path;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -33,6 +38,7 @@ impl std::fmt::Debug for PeerToken {
         f.write_str("<redacted>")
     }
 }
+pub use super::cluster_etcd::{EtcdAuth, EtcdTls};
 
 /// How canaries are spread over shards (`cluster.algorithm`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,7 +110,8 @@ pub enum Replicas {
 /// The validated `cluster:` block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSettings {
-    /// etcd client URLs (`http://host:port`), tried in order.
+    /// etcd client URLs (`http://host:port`, or all `https://host:port`), tried in
+    /// order.
     pub etcd: Vec<String>,
     /// Key prefix, starting with `/`, no trailing `/`.
     pub prefix: String,
@@ -125,6 +132,11 @@ pub struct ClusterSettings {
     pub peer_allow: Vec<IpNet>,
     /// Wait for a replica's acknowledgement before it is reported lagging.
     pub ack_timeout: Duration,
+    /// TLS to `https://` endpoints (CA, client certificate); `None` with `https://`:
+    /// the Mozilla roots and no client certificate.
+    pub etcd_tls: Option<EtcdTls>,
+    /// The etcd v3 user weir authenticates as; `None`: no authentication.
+    pub etcd_auth: Option<EtcdAuth>,
 }
 
 impl ClusterSettings {
@@ -169,21 +181,29 @@ fn valid_base_url(s: &str, schemes: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Validates the block; errors are `(field path, reason)`.
-pub fn validate(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String)>> {
+/// Validates the block (files named in it are relative to `base`, the config file's
+/// directory); errors are `(field path, reason)`.
+pub fn validate(raw: &RawCluster, base: &Path) -> Result<ClusterSettings, Vec<(String, String)>> {
     let mut errs: Vec<(String, String)> = Vec::new();
     let mut push = |p: &str, r: String| errs.push((format!("cluster.{p}"), r));
     if raw.etcd.is_empty() {
         push(
             "etcd",
-            "at least one etcd endpoint is required (http://host:port)".into(),
+            "at least one etcd endpoint is required (http://host:port or https://host:port)".into(),
         );
     }
     for (i, e) in raw.etcd.iter().enumerate() {
-        if let Err(r) = valid_base_url(e, &["http"]) {
+        if let Err(r) = valid_base_url(e, &["http", "https"]) {
             push(&format!("etcd[{i}]"), r);
         }
     }
+    let (etcd_tls, etcd_auth) = super::cluster_etcd::validate_security(
+        &raw.etcd,
+        raw.etcd_tls.as_ref(),
+        raw.etcd_auth.as_ref(),
+        base,
+        &mut push,
+    );
     let prefix = raw.prefix.clone().unwrap_or_else(|| DEFAULT_PREFIX.into());
     if !prefix.starts_with('/')
         || prefix.len() < 2
@@ -314,6 +334,8 @@ pub fn validate(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String
         peer_token: None,
         peer_allow,
         ack_timeout,
+        etcd_tls,
+        etcd_auth,
     })
 }
 
@@ -334,6 +356,10 @@ impl ClusterSettings {
 mod tests {
     use super::*;
 
+    fn validate_here(raw: &RawCluster) -> Result<ClusterSettings, Vec<(String, String)>> {
+        validate(raw, Path::new("."))
+    }
+
     fn raw(etcd: &[&str]) -> RawCluster {
         RawCluster {
             etcd: etcd.iter().map(|s| s.to_string()).collect(),
@@ -343,7 +369,7 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let s = validate(&raw(&["http://127.0.0.1:2379/"])).expect("valid");
+        let s = validate_here(&raw(&["http://127.0.0.1:2379/"])).expect("valid");
         assert_eq!(s.etcd, vec!["http://127.0.0.1:2379"]);
         assert_eq!(s.prefix, "/weir");
         assert_eq!(s.replicas, Replicas::Auto);
@@ -359,7 +385,7 @@ mod tests {
 
     #[test]
     fn peer_allow_replaces_the_default() {
-        let s = validate(&RawCluster {
+        let s = validate_here(&RawCluster {
             peer_allow: Some(vec!["10.1.0.0/16".into(), "192.168.0.7".into()]),
             ack_timeout: Some("1500ms".into()),
             ..raw(&["http://e:2379"])
@@ -373,7 +399,7 @@ mod tests {
             "loopback is no longer allowed"
         );
         assert_eq!(s.ack_timeout, Duration::from_millis(1500));
-        let none = validate(&RawCluster {
+        let none = validate_here(&RawCluster {
             peer_allow: Some(vec![]),
             ..raw(&["http://e:2379"])
         })
@@ -386,7 +412,7 @@ mod tests {
 
     #[test]
     fn ttl_rounds_up_to_seconds() {
-        let mut s = validate(&raw(&["http://e:2379"])).expect("valid");
+        let mut s = validate_here(&raw(&["http://e:2379"])).expect("valid");
         for (hb, ttl) in [
             (100, 1),
             (300, 1),
@@ -404,7 +430,7 @@ mod tests {
     fn every_error_with_its_path() {
         let r = RawCluster {
             etcd: vec![
-                "https://e:2379".into(),
+                "ftp://e:2379".into(),
                 "e:2379".into(),
                 "http://e:2379/v3".into(),
             ],
@@ -417,8 +443,10 @@ mod tests {
             peer_token_file: None,
             peer_allow: Some(vec!["10.0.0.0/8".into(), "ten".into()]),
             ack_timeout: Some("0s".into()),
+            etcd_tls: None,
+            etcd_auth: None,
         };
-        let errs = validate(&r).expect_err("invalid");
+        let errs = validate_here(&r).expect_err("invalid");
         let paths: Vec<&str> = errs.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             paths,
@@ -436,7 +464,7 @@ mod tests {
                 "cluster.ackTimeout"
             ]
         );
-        let errs = validate(&RawCluster {
+        let errs = validate_here(&RawCluster {
             replicas: Some(RawReplicas::Word("many".into())),
             ..RawCluster::default()
         })
@@ -478,7 +506,7 @@ mod tests {
 
     #[test]
     fn fixed_replicas_and_names() {
-        let s = validate(&RawCluster {
+        let s = validate_here(&RawCluster {
             replicas: Some(RawReplicas::Count(3)),
             algorithm: Some("hash".into()),
             name: Some("edge-1:9901".into()),

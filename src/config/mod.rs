@@ -18,10 +18,12 @@
 
 pub mod affinity;
 pub mod cluster;
+mod cluster_etcd;
 pub mod diagnostics;
 mod duration;
 mod locate;
 pub mod raw;
+mod raw_cluster;
 mod raw_policies;
 mod raw_providers;
 mod raw_templates;

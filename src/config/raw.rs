@@ -9,11 +9,12 @@
 //! schema, read top to bottom in the order of DESIGN §3 (a field is found by
 //! its place in the file), and splitting it would only scatter that order.
 //! The resilience policies' own blocks live in `raw_policies`, the metric templates'
-//! in `raw_templates`, both re-exported here.
+//! in `raw_templates`, the cluster's etcd security in `raw_cluster`, all re-exported here.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use super::raw_cluster::{RawEtcdAuth, RawEtcdTls};
 pub use super::raw_policies::{
     RawBackoff, RawCircuitBreaker, RawRateLimit, RawRetries, RawRetryBudget,
 };
@@ -136,7 +137,8 @@ pub struct RawProviderRef {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawCluster {
-    /// etcd client URLs (`http://host:port`), tried in order.
+    /// etcd client URLs (`http://host:port` or `https://host:port`, all alike),
+    /// tried in order.
     #[serde(default)]
     pub etcd: Vec<String>,
     /// Key prefix of every key weir writes (default `/weir`).
@@ -169,6 +171,12 @@ pub struct RawCluster {
     /// run reports it lagging (default 5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ack_timeout: Option<String>,
+    /// TLS to `https://` etcd endpoints: etcd's CA and weir's client certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_tls: Option<RawEtcdTls>,
+    /// An etcd v3 user weir logs in as (etcd with authentication enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_auth: Option<RawEtcdAuth>,
 }
 
 /// `replicas: 3` or `replicas: auto`.

@@ -1,6 +1,7 @@
-//! Fleet coordination against a REAL etcd (Debian `etcd-server`), started by each
-//! test on free loopback ports and killed at its end. Without `etcd` on PATH every
-//! test prints one skip line and passes (CI installs `etcd-server`).
+//! Fleet coordination against a REAL etcd (Debian `etcd-server`, the fixture in
+//! `support::etcd`), started by each test on free loopback ports and killed at its end.
+//! Without `etcd` on PATH every test prints one skip line and passes (CI installs
+//! `etcd-server`, and fails there instead).
 //!
 //! Time: the replicas use a 500 ms heartbeat, so the lease TTL is 2 s (3 × 0.5 s
 //! rounded up to etcd's whole seconds). Waits are bounded polls; a bound is the
@@ -8,13 +9,11 @@
 //! a measured duration.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::etcd::Etcd;
 use weir::cluster::etcd::EtcdClient;
 use weir::cluster::{
     Algorithm, Cluster, ClusterEvent, ClusterOptions, ClusterSettings, Replicas, SaveError,
@@ -26,104 +25,6 @@ const TTL: Duration = Duration::from_secs(2);
 /// Slack added to protocol deadlines for a loaded CI machine.
 const SLACK: Duration = Duration::from_secs(8);
 const POLL: Duration = Duration::from_millis(50);
-
-// ------------------------------------------------------------------ etcd fixture
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// A throwaway single-node etcd.
-pub(crate) struct Etcd {
-    child: Option<Child>,
-    dir: PathBuf,
-    client_port: u16,
-    peer_port: u16,
-}
-
-impl Etcd {
-    /// Starts etcd, or returns `None` (after printing why) when it is not installed.
-    pub(crate) async fn start(test: &str) -> Option<Etcd> {
-        if !support::tool_available("etcd", test, "apt-get install etcd-server") {
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "weir-etcd-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut e = Etcd {
-            child: None,
-            dir,
-            client_port: free_port(),
-            peer_port: free_port(),
-        };
-        e.spawn().await;
-        Some(e)
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
-    }
-
-    /// Runs etcd on the fixture's ports and data dir, and waits until it answers.
-    async fn spawn(&mut self) {
-        let client = self.url();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let log = std::fs::File::create(self.dir.with_extension("log")).expect("etcd log");
-        let child = Command::new("etcd")
-            .arg("--name")
-            .arg("default")
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(["--listen-client-urls", &client])
-            .args(["--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer])
-            .args(["--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &format!("default={peer}")])
-            // A short election timeout lowers etcd's minimum lease TTL (1.5 × election
-            // timeout) below the 2 s the tests ask for.
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn etcd");
-        self.child = Some(child);
-        let c = EtcdClient::new(&[client], Duration::from_millis(500)).expect("client");
-        for _ in 0..200 {
-            if c.range("/", true).await.is_ok() {
-                return;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-        panic!(
-            "etcd did not start; see {}",
-            self.dir.with_extension("log").display()
-        );
-    }
-
-    /// SIGKILL: as abrupt as a crash or a partition.
-    pub(crate) fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_file(self.dir.with_extension("log"));
-    }
-}
 
 // ------------------------------------------------------------------ replicas
 
@@ -139,6 +40,8 @@ fn settings(etcd: &Etcd, replicas: Replicas, algorithm: Algorithm) -> ClusterSet
         peer_token: None,
         peer_allow: weir::config::cluster::default_peer_allow(),
         ack_timeout: weir::config::cluster::DEFAULT_ACK_TIMEOUT,
+        etcd_tls: None,
+        etcd_auth: None,
     }
 }
 

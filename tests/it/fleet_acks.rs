@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cluster::Etcd;
 use crate::support;
+use crate::support::etcd::Etcd;
 
 /// How long the frozen replica stays stopped: past `ackTimeout` (1 s), within the
 /// owner's call timeout (5 s) and well within the lease TTL (6 s at a 2 s heartbeat),

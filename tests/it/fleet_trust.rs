@@ -15,8 +15,9 @@ use weir::app::RunningApp;
 use weir::cluster::etcd::EtcdClient;
 use weir::rollout::Phase;
 
-use crate::cluster::{cl, eventually, route_of, start_app, Etcd};
+use crate::cluster::{cl, eventually, route_of, start_app};
 use crate::support;
+use crate::support::etcd::Etcd;
 
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
 const PEER_TOKEN: &str = "peer-token-0123456789abc";

@@ -19,6 +19,7 @@ mod api;
 mod check;
 mod cli;
 mod cluster;
+mod cluster_tls;
 mod commands;
 mod console;
 mod ctl;

@@ -19,31 +19,47 @@
 //! Errors come back as a non-2xx status with `{error, message, code}` (gRPC code).
 //!
 //! Every unary call is bounded by the client's timeout. Endpoints are tried in order:
-//! a call that cannot *connect* moves to the next endpoint and retries there (the
-//! request never reached etcd, so the retry is safe); any other failure is returned
-//! and the next call starts at the next endpoint.
+//! a call that cannot *connect* (a refused TLS handshake included) moves to the next
+//! endpoint and retries there (the request never reached etcd, so the retry is safe);
+//! any other failure is returned and the next call starts at the next endpoint.
 //!
-//! Layout: this file holds the client and its watch stream; `types` the values calls take
-//! and return (re-exported here); `wire` the gateway's JSON answers and proto3 base64.
+//! Security ([`EtcdOptions`]): `https://` endpoints are spoken over rustls through the
+//! proxy's upstream connector (etcd's CA or the Mozilla roots, an optional client
+//! certificate; `tls`); with credentials every call, the watch included, carries an
+//! etcd auth token, renewed when etcd refuses it (`auth`).
+//!
+//! Layout: this file holds the client and its unary calls; `watch` the watch stream;
+//! `types` the values calls take and return (re-exported here); `wire` the gateway's
+//! JSON answers and proto3 base64; `tls` the TLS config and failures; `auth` the
+//! credentials and the token.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 
+use crate::proxy::client::Connector;
+
+mod auth;
+mod tls;
 mod types;
+mod watch;
 mod wire;
 
+pub use auth::{token_refused, Credentials};
+use auth::{with_token, Tokens};
+pub use tls::{client_config, TlsProblem};
 pub use types::*;
+pub use watch::Watch;
 use wire::*;
 pub use wire::{b64, prefix_end, unb64};
 
@@ -56,28 +72,104 @@ pub const MAX_RESPONSE: usize = 16 << 20;
 /// Largest single watch message buffered.
 pub const MAX_WATCH_MESSAGE: usize = 16 << 20;
 
+/// How the client reaches etcd beyond plain HTTP as nobody in particular.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdOptions {
+    /// The TLS config of `https://` endpoints ([`client_config`]): required with
+    /// them, refused with `http://` ones.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// The etcd user every call is made as; `None`: no authentication.
+    pub credentials: Option<Credentials>,
+}
+
 /// The etcd client: a list of endpoints and a pooled HTTP/1.1 client.
 pub struct EtcdClient {
-    /// Base URLs (`http://host:port`), without a trailing slash.
+    /// Base URLs (`http://host:port` or `https://host:port`), without a trailing slash.
     endpoints: Vec<String>,
     /// The endpoint tried first (moves on after a failure).
     current: AtomicUsize,
-    /// Keep-alive pool shared by every call.
-    http: Client<HttpConnector, Full<Bytes>>,
+    /// Keep-alive pool shared by every call (TLS when the endpoints are `https://`).
+    http: Client<Connector, Full<Bytes>>,
     /// Bound on one unary call (connect, answer and body).
     timeout: Duration,
+    /// The user and its token; `None`: calls carry no token.
+    auth: Option<Auth>,
+}
+
+struct Auth {
+    credentials: Credentials,
+    tokens: Tokens,
+}
+
+/// Why one exchange with one endpoint failed.
+struct Failed {
+    /// It failed before the request was sent (another endpoint may be tried).
+    connect: bool,
+    error: EtcdError,
+}
+
+/// `err` and its sources, joined (`client error (Connect): tcp connect error: ...`).
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = e.source();
+    }
+    out
+}
+
+/// A transport failure with `base`: the TLS problem when there is one, else "unavailable".
+fn transport_error(base: &str, err: &(dyn std::error::Error + 'static)) -> EtcdError {
+    match tls::tls_problem(err) {
+        Some(problem) => EtcdError::Tls {
+            endpoint: base.to_string(),
+            problem,
+        },
+        None => EtcdError::Unavailable(format!("{base}: {}", chain(err))),
+    }
 }
 
 impl EtcdClient {
-    /// A client of these endpoints (`http://host:port`; at least one), every call
-    /// bounded by `timeout`.
+    /// A client of these `http://host:port` endpoints (at least one), without TLS or a
+    /// user, every call bounded by `timeout`.
     pub fn new(endpoints: &[String], timeout: Duration) -> Result<EtcdClient, String> {
+        EtcdClient::with_options(endpoints, timeout, EtcdOptions::default())
+    }
+
+    /// A client of these endpoints (at least one; all `https://` with `opts.tls`, all
+    /// `http://` without), every call bounded by `timeout`, made as `opts.credentials`.
+    pub fn with_options(
+        endpoints: &[String],
+        timeout: Duration,
+        opts: EtcdOptions,
+    ) -> Result<EtcdClient, String> {
         if endpoints.is_empty() {
             return Err("no etcd endpoint".into());
         }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        let scheme = if opts.tls.is_some() {
+            "https://"
+        } else {
+            "http://"
+        };
+        if let Some(e) = endpoints.iter().find(|e| !e.starts_with(scheme)) {
+            return Err(format!(
+                "etcd endpoint {e}: expected {scheme} ({})",
+                if opts.tls.is_some() {
+                    "TLS is configured"
+                } else {
+                    "no TLS is configured"
+                }
+            ));
+        }
+        let connector = match opts.tls {
+            Some(cfg) => Connector::tls(timeout, cfg, None)?,
+            None => Connector::plain(timeout),
+        };
         let http = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(30))
@@ -91,6 +183,10 @@ impl EtcdClient {
             current: AtomicUsize::new(0),
             http,
             timeout,
+            auth: opts.credentials.map(|credentials| Auth {
+                credentials,
+                tokens: Tokens::default(),
+            }),
         })
     }
 
@@ -104,59 +200,108 @@ impl EtcdClient {
         self.timeout
     }
 
+    /// The etcd user calls are made as, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.auth.as_ref().map(|a| a.credentials.username())
+    }
+
+    /// How many times etcd refused a token (expired, or lost in an etcd restart) and a
+    /// new one was obtained.
+    pub fn token_renewals(&self) -> u64 {
+        self.auth.as_ref().map_or(0, |a| a.tokens.renewals())
+    }
+
     fn request(
         &self,
         base: &str,
         path: &str,
         body: &Value,
+        token: Option<&str>,
     ) -> Result<Request<Full<Bytes>>, EtcdError> {
-        Request::builder()
+        let mut req = Request::builder()
             .method(Method::POST)
             .uri(format!("{base}{path}"))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body.to_string())))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(t) = token {
+            req = req.header(http::header::AUTHORIZATION, t);
+        }
+        req.body(Full::new(Bytes::from(body.to_string())))
             .map_err(|e| EtcdError::Unavailable(format!("{base}: {e}")))
     }
 
-    /// One unary call: POST `path` with `body`, the answer parsed as `T`.
-    async fn call<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, EtcdError> {
+    /// One exchange with `base`, bounded by the timeout: the status and the body.
+    async fn exchange(
+        &self,
+        base: &str,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<(StatusCode, Bytes), Failed> {
+        let req = self
+            .request(base, path, body, token)
+            .map_err(|error| Failed {
+                connect: false,
+                error,
+            })?;
+        let exchange = async {
+            let resp = self.http.request(req).await.map_err(|e| Failed {
+                connect: e.is_connect(),
+                error: transport_error(base, &e),
+            })?;
+            let status = resp.status();
+            let bytes = Limited::new(resp.into_body(), MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| Failed {
+                    connect: false,
+                    error: match tls::tls_problem(&*e) {
+                        Some(problem) => EtcdError::Tls {
+                            endpoint: base.to_string(),
+                            problem,
+                        },
+                        None => EtcdError::Unavailable(format!(
+                            "{base}: reading the answer: {}",
+                            chain(&*e)
+                        )),
+                    },
+                })?
+                .to_bytes();
+            Ok((status, bytes))
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(Failed {
+                connect: false,
+                error: EtcdError::Unavailable(format!(
+                    "{base}: no answer within {:?}",
+                    self.timeout
+                )),
+            }),
+            Ok(r) => r,
+        }
+    }
+
+    /// One unary call with `token`: POST `path` with `body`, the answer parsed as `T`.
+    async fn call_once<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        token: Option<&str>,
+    ) -> Result<T, EtcdError> {
         let n = self.endpoints.len();
         let start = self.current.load(Ordering::Relaxed) % n;
         let mut last = None;
         for i in 0..n {
             let idx = (start + i) % n;
-            let base = &self.endpoints[idx];
-            let req = self.request(base, path, body)?;
-            let exchange = async {
-                let resp = self.http.request(req).await.map_err(|e| {
-                    let connect = e.is_connect();
-                    (connect, format!("{base}: {e}"))
-                })?;
-                let status = resp.status();
-                let bytes = Limited::new(resp.into_body(), MAX_RESPONSE)
-                    .collect()
-                    .await
-                    .map_err(|e| (false, format!("{base}: reading the answer: {e}")))?
-                    .to_bytes();
-                Ok::<_, (bool, String)>((status, bytes))
-            };
-            match tokio::time::timeout(self.timeout, exchange).await {
-                Err(_) => {
+            match self.exchange(&self.endpoints[idx], path, body, token).await {
+                Err(f) => {
                     self.current.store((idx + 1) % n, Ordering::Relaxed);
-                    return Err(EtcdError::Unavailable(format!(
-                        "{base}: no answer within {:?}",
-                        self.timeout
-                    )));
-                }
-                Ok(Err((connect, e))) => {
-                    self.current.store((idx + 1) % n, Ordering::Relaxed);
-                    if connect {
-                        last = Some(e);
+                    if f.connect {
+                        last = Some(f.error);
                         continue;
                     }
-                    return Err(EtcdError::Unavailable(e));
+                    return Err(f.error);
                 }
-                Ok(Ok((status, bytes))) => {
+                Ok((status, bytes)) => {
                     if idx != start {
                         self.current.store(idx, Ordering::Relaxed);
                     }
@@ -164,9 +309,97 @@ impl EtcdClient {
                 }
             }
         }
-        Err(EtcdError::Unavailable(
-            last.unwrap_or_else(|| "no endpoint".into()),
-        ))
+        Err(last.unwrap_or_else(|| EtcdError::Unavailable("no endpoint".into())))
+    }
+
+    /// One unary call, made with the user's token when there is a user.
+    async fn call<T: DeserializeOwned>(&self, path: &str, body: &Value) -> Result<T, EtcdError> {
+        match &self.auth {
+            None => self.call_once(path, body, None).await,
+            Some(a) => {
+                with_token(
+                    &a.tokens,
+                    || self.authenticate(a),
+                    |t| async move { self.call_once(path, body, t.as_deref()).await },
+                )
+                .await
+            }
+        }
+    }
+
+    /// `/v3/auth/authenticate`: a new token (`None` when etcd has authentication
+    /// switched off: calls then go without one).
+    async fn authenticate(&self, a: &Auth) -> Result<Option<String>, EtcdError> {
+        let user = a.credentials.username();
+        let body = json!({"name": user, "password": a.credentials.password()});
+        match self
+            .call_once::<AuthJson>("/v3/auth/authenticate", &body, None)
+            .await
+        {
+            Ok(r) if !r.token.is_empty() => Ok(Some(r.token)),
+            Ok(_) => Err(EtcdError::Decode(
+                "authenticate answered without a token".into(),
+            )),
+            Err(EtcdError::Status {
+                code: 9, message, ..
+            }) if message.contains("authentication is not enabled") => {
+                tracing::debug!(target: "weir::cluster", user, "etcd has authentication switched off: calls go without a token");
+                Ok(None)
+            }
+            Err(EtcdError::Status { code, message, .. })
+                if code == 3 || message.contains("authentication failed") =>
+            {
+                Err(EtcdError::AuthFailed {
+                    user: user.to_string(),
+                    message: message
+                        .strip_prefix("etcdserver: ")
+                        .unwrap_or(&message)
+                        .to_string(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Authenticates now unless a token is held (the first contact's check): `Ok(true)`
+    /// with a token, `Ok(false)` when etcd has authentication switched off, or there is
+    /// no user to authenticate.
+    pub async fn login(&self) -> Result<bool, EtcdError> {
+        match &self.auth {
+            None => Ok(false),
+            Some(a) => Ok(a
+                .tokens
+                .current(|| self.authenticate(a))
+                .await?
+                .token
+                .is_some()),
+        }
+    }
+
+    /// Reads at most one key under `prefix` from endpoint `idx` alone, with the user's
+    /// token (the first contact's check of each endpoint: TLS, user, read permission).
+    pub async fn probe(&self, idx: usize, prefix: &str) -> Result<(), EtcdError> {
+        let base = self
+            .endpoints
+            .get(idx)
+            .ok_or_else(|| EtcdError::Unavailable(format!("no endpoint #{idx}")))?;
+        let mut body = range_json(prefix, true);
+        body["limit"] = json!("1");
+        body["keys_only"] = json!(true);
+        let once = |token: Option<Arc<str>>| {
+            let body = &body;
+            async move {
+                let (status, bytes) = self
+                    .exchange(base, "/v3/kv/range", body, token.as_deref())
+                    .await
+                    .map_err(|f| f.error)?;
+                decode_answer::<RangeJson>(status, &bytes).map(|_| ())
+            }
+        };
+        match &self.auth {
+            None => once(None).await,
+            Some(a) => with_token(&a.tokens, || self.authenticate(a), once).await,
+        }
     }
 
     /// Reads `key`, or every key under it with `prefix`. Returns the keys and the
@@ -271,77 +504,6 @@ impl EtcdClient {
             Ok(h) => Ok(h.header.revision),
             Err(EtcdError::Status { code: 5, .. }) => Ok(0),
             Err(e) => Err(e),
-        }
-    }
-
-    /// Watches every key under `prefix` from `start_revision` (0 = from now).
-    pub async fn watch(&self, prefix: &str, start_revision: i64) -> Result<Watch, EtcdError> {
-        let mut create = range_json(prefix, true);
-        if start_revision > 0 {
-            create["start_revision"] = json!(start_revision.to_string());
-        }
-        let body = json!({ "create_request": create });
-        let n = self.endpoints.len();
-        let idx = self.current.load(Ordering::Relaxed) % n;
-        let base = &self.endpoints[idx];
-        let req = self.request(base, "/v3/watch", &body)?;
-        let resp = match tokio::time::timeout(self.timeout, self.http.request(req)).await {
-            Err(_) => {
-                self.current.store((idx + 1) % n, Ordering::Relaxed);
-                return Err(EtcdError::Unavailable(format!("{base}: watch: no answer")));
-            }
-            Ok(Err(e)) => {
-                self.current.store((idx + 1) % n, Ordering::Relaxed);
-                return Err(EtcdError::Unavailable(format!("{base}: watch: {e}")));
-            }
-            Ok(Ok(r)) => r,
-        };
-        if resp.status() != StatusCode::OK {
-            let status = resp.status();
-            let bytes = Limited::new(resp.into_body(), MAX_RESPONSE)
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            return Err(decode_answer::<Value>(status, &bytes)
-                .err()
-                .unwrap_or_else(|| EtcdError::Decode(format!("watch answered HTTP {status}"))));
-        }
-        Ok(Watch {
-            body: resp.into_body(),
-            buf: BytesMut::new(),
-        })
-    }
-}
-
-/// A running watch: a stream of change batches. Dropping it closes the stream.
-pub struct Watch {
-    body: Incoming,
-    buf: BytesMut,
-}
-
-impl Watch {
-    /// The next batch of changes (an empty batch is a progress or creation notice).
-    /// `None` when the stream ended; `Some(Err)` when it failed or was cancelled.
-    pub async fn next(&mut self) -> Option<Result<Vec<WatchEvent>, EtcdError>> {
-        loop {
-            match parse_one(&mut self.buf) {
-                Ok(Some(msg)) => return Some(watch_message(msg)),
-                Ok(None) => {}
-                Err(e) => return Some(Err(e)),
-            }
-            if self.buf.len() > MAX_WATCH_MESSAGE {
-                return Some(Err(EtcdError::Decode("watch message too large".into())));
-            }
-            match self.body.frame().await {
-                None => return None,
-                Some(Err(e)) => return Some(Err(EtcdError::Unavailable(format!("watch: {e}")))),
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.buf.extend_from_slice(&data);
-                    }
-                }
-            }
         }
     }
 }

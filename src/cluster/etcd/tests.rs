@@ -133,3 +133,255 @@ fn watch_stream_splits_messages() {
     let third = parse_one(&mut buf).expect("ok").expect("three");
     assert!(watch_message(third).is_err());
 }
+
+// ------------------------------------------------------------ auth and TLS
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+fn refused() -> EtcdError {
+    EtcdError::Status {
+        http: 401,
+        code: 16,
+        message: "etcdserver: invalid auth token".into(),
+    }
+}
+
+/// An etcd stand-in: tokens `t1`, `t2`, ... from `authenticate`; `valid` is the only
+/// token the calls accept.
+struct FakeEtcd {
+    issued: AtomicU64,
+    valid: Mutex<String>,
+    calls: Mutex<Vec<Option<String>>>,
+}
+
+impl FakeEtcd {
+    fn new() -> FakeEtcd {
+        FakeEtcd {
+            issued: AtomicU64::new(0),
+            valid: Mutex::new("t1".into()),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn authenticate(&self) -> Result<Option<String>, EtcdError> {
+        let n = self.issued.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Some(format!("t{n}")))
+    }
+
+    async fn call(&self, token: Option<Arc<str>>) -> Result<&'static str, EtcdError> {
+        let token = token.map(|t| t.to_string());
+        self.calls.lock().unwrap().push(token.clone());
+        if token.as_deref() == Some(self.valid.lock().unwrap().as_str()) {
+            Ok("answer")
+        } else {
+            Err(refused())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_token_is_fetched_once_then_reused() {
+    let etcd = FakeEtcd::new();
+    let tokens = Tokens::default();
+    for _ in 0..3 {
+        let r = with_token(&tokens, || etcd.authenticate(), |t| etcd.call(t)).await;
+        assert_eq!(r, Ok("answer"));
+    }
+    assert_eq!(etcd.issued.load(Ordering::SeqCst), 1, "one authentication");
+    assert_eq!(tokens.renewals(), 0);
+}
+
+#[tokio::test]
+async fn a_refused_token_is_renewed_and_the_call_made_once_more() {
+    let etcd = FakeEtcd::new();
+    let tokens = Tokens::default();
+    assert_eq!(
+        with_token(&tokens, || etcd.authenticate(), |t| etcd.call(t)).await,
+        Ok("answer")
+    );
+    // The token expires: etcd now accepts only the next one.
+    *etcd.valid.lock().unwrap() = "t2".into();
+    assert_eq!(
+        with_token(&tokens, || etcd.authenticate(), |t| etcd.call(t)).await,
+        Ok("answer")
+    );
+    assert_eq!(
+        *etcd.calls.lock().unwrap(),
+        vec![Some("t1".into()), Some("t1".into()), Some("t2".into())]
+    );
+    assert_eq!(tokens.renewals(), 1);
+}
+
+#[tokio::test]
+async fn a_second_refusal_is_returned_not_retried_again() {
+    let etcd = FakeEtcd::new();
+    *etcd.valid.lock().unwrap() = "never".into();
+    let tokens = Tokens::default();
+    let r = with_token(&tokens, || etcd.authenticate(), |t| etcd.call(t)).await;
+    assert_eq!(r, Err(refused()));
+    assert_eq!(
+        etcd.calls.lock().unwrap().len(),
+        2,
+        "the call and one retry"
+    );
+    assert_eq!(etcd.issued.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn calls_refused_together_renew_the_token_once() {
+    let etcd = FakeEtcd::new();
+    let tokens = Tokens::default();
+    let first = tokens.current(|| etcd.authenticate()).await.expect("token");
+    // Two calls saw generation 1 refused; the second renewal finds it already replaced.
+    let a = tokens
+        .renew(first.generation, || etcd.authenticate())
+        .await
+        .expect("renewed");
+    let b = tokens
+        .renew(first.generation, || etcd.authenticate())
+        .await
+        .expect("same");
+    assert_eq!(a, b);
+    assert_eq!(a.token.as_deref(), Some("t2"));
+    assert_eq!(etcd.issued.load(Ordering::SeqCst), 2);
+    assert_eq!(tokens.renewals(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_authentication_is_the_answer_and_is_tried_again_next_time() {
+    let tokens = Tokens::default();
+    let attempts = AtomicU64::new(0);
+    let deny = || async {
+        attempts.fetch_add(1, Ordering::SeqCst);
+        Err::<Option<String>, _>(EtcdError::AuthFailed {
+            user: "weir".into(),
+            message: "authentication failed, invalid user ID or password".into(),
+        })
+    };
+    let never_called = |_t: Option<Arc<str>>| async { Ok::<_, EtcdError>(()) };
+    for _ in 0..2 {
+        let r = with_token(&tokens, deny, never_called).await;
+        assert!(matches!(r, Err(EtcdError::AuthFailed { .. })), "{r:?}");
+    }
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "no token is cached");
+}
+
+#[tokio::test]
+async fn auth_switched_off_sends_no_token_until_etcd_asks_for_a_user() {
+    let tokens = Tokens::default();
+    let on = std::sync::atomic::AtomicBool::new(false);
+    let authenticate =
+        || async { Ok::<_, EtcdError>(on.load(Ordering::SeqCst).then(|| "t".to_string())) };
+    let on = &on;
+    let call = |t: Option<Arc<str>>| async move {
+        match t {
+            Some(_) => Ok("with token"),
+            None if on.load(Ordering::SeqCst) => Err(EtcdError::Status {
+                http: 400,
+                code: 3,
+                message: "etcdserver: user name is empty".into(),
+            }),
+            None => Ok("without"),
+        }
+    };
+    assert_eq!(with_token(&tokens, authenticate, call).await, Ok("without"));
+    on.store(true, Ordering::SeqCst);
+    assert_eq!(
+        with_token(&tokens, authenticate, call).await,
+        Ok("with token")
+    );
+}
+
+#[test]
+fn which_answers_refuse_a_token() {
+    assert!(token_refused(&refused()));
+    let status = |code, m: &str| EtcdError::Status {
+        http: 400,
+        code,
+        message: m.into(),
+    };
+    assert!(token_refused(&status(
+        3,
+        "etcdserver: revision of auth store is old"
+    )));
+    assert!(token_refused(&status(
+        0,
+        "watch cancelled: etcdserver: invalid auth token"
+    )));
+    assert!(!token_refused(&status(7, "etcdserver: permission denied")));
+    assert!(!token_refused(&EtcdError::Unavailable("x".into())));
+}
+
+#[test]
+fn credentials_debug_hides_the_password() {
+    let c = Credentials::new("weir", "hunter2-secret");
+    let d = format!("{c:?}");
+    assert!(d.contains("weir") && !d.contains("hunter2"), "{d}");
+}
+
+#[test]
+fn watch_cancel_reasons_carry_their_grpc_code() {
+    assert_eq!(
+        grpc_status("rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"),
+        (16, "etcdserver: invalid auth token".into())
+    );
+    assert_eq!(
+        grpc_status("rpc error: code = PermissionDenied desc = etcdserver: permission denied"),
+        (7, "etcdserver: permission denied".into())
+    );
+    assert_eq!(grpc_status("something else"), (0, "something else".into()));
+    // As etcd 3.4 sends a watch refused for its token.
+    let msg: Value = serde_json::from_str(
+        r#"{"result":{"header":{"revision":"1"},"watch_id":"-1","created":true,"canceled":true,
+            "cancel_reason":"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"}}"#,
+    )
+    .expect("json");
+    let e = watch_message(msg).expect_err("cancelled");
+    assert!(token_refused(&e), "{e:?}");
+}
+
+#[test]
+fn tls_failures_name_the_side_at_fault() {
+    use rustls::{AlertDescription, CertificateError};
+    let server = tls::classify(&rustls::Error::InvalidCertificate(
+        CertificateError::UnknownIssuer,
+    ));
+    assert!(
+        matches!(&server, TlsProblem::ServerCertificate { kind, .. } if kind == "UnknownIssuer"),
+        "{server:?}"
+    );
+    let name = tls::classify(&rustls::Error::InvalidCertificate(
+        CertificateError::NotValidForNameContext {
+            expected: rustls::pki_types::ServerName::try_from("10.0.0.5").unwrap(),
+            presented: vec![],
+        },
+    ));
+    assert!(
+        matches!(&name, TlsProblem::ServerCertificate { kind, .. } if kind == "NotValidForName"),
+        "{name:?}"
+    );
+    assert_eq!(
+        tls::classify(&rustls::Error::AlertReceived(
+            AlertDescription::CertificateRequired
+        )),
+        TlsProblem::ClientCertificate("CertificateRequired".into())
+    );
+    assert!(matches!(
+        tls::classify(&rustls::Error::AlertReceived(
+            AlertDescription::ProtocolVersion
+        )),
+        TlsProblem::Handshake(_)
+    ));
+    // Found through an I/O error, as tokio-rustls and hyper wrap it.
+    let io = std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        rustls::Error::AlertReceived(AlertDescription::BadCertificate),
+    );
+    assert_eq!(
+        tls::tls_problem(&io),
+        Some(TlsProblem::ClientCertificate("BadCertificate".into()))
+    );
+    let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    assert_eq!(tls::tls_problem(&plain), None);
+}

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use super::tls::TlsProblem;
 use super::wire::{b64, range_json};
 
 /// Why an etcd call failed.
@@ -10,6 +11,21 @@ use super::wire::{b64, range_json};
 pub enum EtcdError {
     /// No answer: connection refused or reset, or the timeout passed.
     Unavailable(String),
+    /// TLS with `endpoint` failed (a certificate refused on either side, or no TLS
+    /// there).
+    Tls {
+        /// The endpoint (`https://host:port`).
+        endpoint: String,
+        /// What failed.
+        problem: TlsProblem,
+    },
+    /// etcd refused the user's name and password (`/v3/auth/authenticate`).
+    AuthFailed {
+        /// The user name.
+        user: String,
+        /// etcd's reason (its `etcdserver: ` prefix removed).
+        message: String,
+    },
     /// etcd answered with an error (`code` is the gRPC status code).
     Status {
         /// HTTP status of the gateway's answer.
@@ -27,6 +43,10 @@ impl std::fmt::Display for EtcdError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EtcdError::Unavailable(e) => write!(f, "etcd unavailable: {e}"),
+            EtcdError::Tls { endpoint, problem } => write!(f, "etcd at {endpoint}: {problem}"),
+            EtcdError::AuthFailed { user, message } => {
+                write!(f, "etcd refused user {user:?}: {message}")
+            }
             EtcdError::Status {
                 http,
                 code,

@@ -34,15 +34,16 @@ pub(super) fn watch_message(msg: Value) -> Result<Vec<WatchEvent>, EtcdError> {
         return Ok(Vec::new());
     };
     if r.canceled {
+        let (code, reason) = grpc_status(&r.cancel_reason);
         return Err(EtcdError::Status {
             http: 200,
-            code: 0,
+            code,
             message: format!(
                 "watch cancelled{}",
                 if r.compact_revision > 0 {
                     format!(" (compacted at revision {})", r.compact_revision)
                 } else {
-                    format!(": {}", r.cancel_reason)
+                    format!(": {reason}")
                 }
             ),
         });
@@ -56,6 +57,39 @@ pub(super) fn watch_message(msg: Value) -> Result<Vec<WatchEvent>, EtcdError> {
             })
         })
         .collect()
+}
+
+/// The gRPC code and message of a status rendered as text (a watch's cancel reason,
+/// `rpc error: code = Unauthenticated desc = etcdserver: invalid auth token`); code 0
+/// and the text itself when it is not one.
+pub(super) fn grpc_status(text: &str) -> (i64, String) {
+    const CODES: [&str; 17] = [
+        "OK",
+        "Canceled",
+        "Unknown",
+        "InvalidArgument",
+        "DeadlineExceeded",
+        "NotFound",
+        "AlreadyExists",
+        "PermissionDenied",
+        "ResourceExhausted",
+        "FailedPrecondition",
+        "Aborted",
+        "OutOfRange",
+        "Unimplemented",
+        "Internal",
+        "Unavailable",
+        "DataLoss",
+        "Unauthenticated",
+    ];
+    let parsed = text
+        .strip_prefix("rpc error: code = ")
+        .and_then(|rest| rest.split_once(" desc = "))
+        .and_then(|(name, desc)| {
+            let code = CODES.iter().position(|c| *c == name)?;
+            Some((i64::try_from(code).ok()?, desc.to_string()))
+        });
+    parsed.unwrap_or_else(|| (0, text.to_string()))
 }
 
 pub(super) fn decode_answer<T: DeserializeOwned>(
@@ -215,6 +249,12 @@ pub(super) struct KeepAliveJson {
 pub(super) struct KeepAliveResult {
     #[serde(default, rename = "TTL", deserialize_with = "de_i64")]
     pub(super) ttl: i64,
+}
+
+#[derive(Deserialize)]
+pub(super) struct AuthJson {
+    #[serde(default)]
+    pub(super) token: String,
 }
 
 #[derive(Deserialize)]

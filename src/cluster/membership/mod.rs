@@ -237,26 +237,50 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Cluster {
-    /// Joins the fleet: starts the heartbeat, reconcile and watch tasks. Nothing is
-    /// driven until the lease is granted and a first snapshot confirmed ownership.
+    /// Joins the fleet: starts the heartbeat, reconcile and watch tasks at once, without
+    /// a first contact ([`Cluster::join`] makes one). Nothing is driven until the lease
+    /// is granted and a first snapshot confirmed ownership.
     pub fn start(opts: ClusterOptions) -> Result<Cluster, String> {
         Cluster::start_with_clock(opts, Clock::system())
     }
 
     /// [`Cluster::start`] on `clock` (records' times, the local lease deadline, waits).
     pub fn start_with_clock(opts: ClusterOptions, clock: Clock) -> Result<Cluster, String> {
-        let inner = Arc::new(Inner::new(opts, clock)?);
+        Ok(Cluster::spawn(Arc::new(Inner::new(opts, clock)?)))
+    }
+
+    /// Joins the fleet after a first contact with etcd: the TLS and password files are
+    /// read, every endpoint is checked (TLS both ways, the user, reading and writing
+    /// under the prefix), and only then do the tasks start. A wrong configuration is
+    /// an error naming the field to fix; etcd out of reach is not (it is logged, and
+    /// the tasks keep trying as after losing etcd later).
+    pub async fn join(opts: ClusterOptions) -> Result<Cluster, String> {
+        let inner = Inner::new(opts, Clock::system())?;
+        let notes = super::connect::first_contact(
+            &inner.etcd,
+            &inner.opts.settings,
+            &inner.keys,
+            &inner.opts.name,
+        )
+        .await?;
+        for note in notes {
+            tracing::warn!(target: "weir::cluster", replica = %inner.opts.name, "{note}");
+        }
+        Ok(Cluster::spawn(Arc::new(inner)))
+    }
+
+    fn spawn(inner: Arc<Inner>) -> Cluster {
         let (shutdown, rx) = watch::channel(false);
         let tasks = vec![
             tokio::spawn(inner.clone().heartbeat_loop(rx.clone())),
             tokio::spawn(inner.clone().reconcile_loop(rx.clone())),
             tokio::spawn(inner.clone().watch_loop(rx)),
         ];
-        Ok(Cluster {
+        Cluster {
             inner,
             tasks: Arc::new(Mutex::new(tasks)),
             shutdown: Arc::new(shutdown),
-        })
+        }
     }
 
     /// This replica's name.
@@ -420,6 +444,12 @@ impl Cluster {
         self.inner.wake.notify_one();
     }
 
+    /// How many times etcd refused this replica's auth token (expired, or lost in an
+    /// etcd restart) and a new one was obtained; 0 without `etcdAuth`.
+    pub fn token_renewals(&self) -> u64 {
+        self.inner.etcd.token_renewals()
+    }
+
     /// The status page.
     pub fn status(&self) -> ClusterStatus {
         self.inner.status()
@@ -506,7 +536,7 @@ impl Inner {
             .settings
             .heartbeat
             .clamp(Duration::from_millis(500), Duration::from_secs(5));
-        let etcd = EtcdClient::new(&opts.settings.etcd, timeout)?;
+        let etcd = super::connect::client(&opts.settings, timeout)?;
         let (events, _) = broadcast::channel(1024);
         let (changes, _) = watch::channel(0u64);
         Ok(Inner {

@@ -293,10 +293,13 @@ mod tests {
     use super::*;
 
     fn settings(allow: &[&str]) -> ClusterSettings {
-        let mut s = crate::config::cluster::validate(&crate::config::raw::RawCluster {
-            etcd: vec!["http://127.0.0.1:2379".into()],
-            ..Default::default()
-        })
+        let mut s = crate::config::cluster::validate(
+            &crate::config::raw::RawCluster {
+                etcd: vec!["http://127.0.0.1:2379".into()],
+                ..Default::default()
+            },
+            std::path::Path::new("."),
+        )
         .expect("valid");
         s.peer_allow = allow.iter().map(|a| a.parse().unwrap()).collect();
         s

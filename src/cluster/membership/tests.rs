@@ -26,6 +26,8 @@ fn inner(clock: Clock, etcd: &std::net::TcpListener) -> Inner {
                 peer_token: None,
                 peer_allow: crate::config::cluster::default_peer_allow(),
                 ack_timeout: crate::config::cluster::DEFAULT_ACK_TIMEOUT,
+                etcd_tls: None,
+                etcd_auth: None,
             },
             name: "r1".into(),
             api_url: "http://127.0.0.1:9901".into(),

@@ -165,7 +165,7 @@ pub fn validate_all(
             .map(|d| base.join(d)),
     };
     let cluster = raw.cluster.as_ref().and_then(|c| {
-        let mut s = crate::config::cluster::validate(c)
+        let mut s = crate::config::cluster::validate(c, base)
             .map_err(|list| {
                 for (path, reason) in list {
                     errs.push(path, reason);

@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use weir::app::RunningApp;
 use weir::echo::{EchoHandle, EchoOptions};
 
+pub mod etcd;
 pub mod weir_ctl;
 
 /// A loopback address whose connects are refused, held for as long as the returned
