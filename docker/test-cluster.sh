@@ -252,11 +252,17 @@ done
 
 mkdir -m 0755 "$tmp/config"
 printf '%s\n' "$token" >"$tmp/config/token"
+# The replicas present their own token to each other (never the admin token), and
+# trust a member's apiUrl only inside the control network.
+printf 'peer-%s\n' "$token" >"$tmp/config/peer-token"
+ctrl_subnet=$(docker network inspect -f '{{range .IPAM.Config}}{{.Subnet}} {{end}}' "$ctrl" | awk '{print $1}')
+[[ -n $ctrl_subnet ]] || fail "cannot read the subnet of $ctrl"
+info "peers allowed in $ctrl_subnet"
 for r in "${replicas[@]}"; do
   {
     printf 'listeners:\n  - name: http\n    address: 0.0.0.0:8080\n'
     printf 'admin:\n  address: 0.0.0.0:9901\n  tokenFile: token\n'
-    printf 'cluster:\n  etcd: ["http://etcd:2379"]\n  prefix: /weir\n  replicas: 3\n  heartbeat: %ss\n  algorithm: round-robin\n  name: %s\n  apiUrl: http://%s:9901\n' "$heartbeat_s" "$r" "$r"
+    printf 'cluster:\n  etcd: ["http://etcd:2379"]\n  prefix: /weir\n  replicas: 3\n  heartbeat: %ss\n  algorithm: round-robin\n  name: %s\n  apiUrl: http://%s:9901\n  peerTokenFile: peer-token\n  peerAllow: ["%s"]\n' "$heartbeat_s" "$r" "$r" "$ctrl_subnet"
     printf 'backends:\n  app-blue:\n    endpoints: ["app-v1:9001"]\n  app-green:\n    endpoints: ["app-v2:9001"]\n'
     printf 'routes:\n'
     for c in "${canaries[@]}"; do
