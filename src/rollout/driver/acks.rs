@@ -198,34 +198,37 @@ impl Runner {
         });
         let waited = now.saturating_sub(wait.since_ms);
         let timeout = self.ack_timeout();
-        if wait.named != names {
-            wait.named = names.clone();
-            let msg = format!(
-                "Waiting for {} {} (canary weight {}): {reason}; the run takes no step until every replica has the route",
-                if names.len() == 1 { "replica" } else { "replicas" },
-                names.join(", "),
-                self.rec.state.canary_weight,
-            );
-            self.driver_event("WaitingForReplicas", true, msg, now);
-        }
-        if !wait.lagging && u128::from(waited) >= timeout.as_millis() {
-            wait.lagging = true;
-            let msg = format!(
-                "{} {} lagging: no acknowledgement for {} (cluster.ackTimeout {}); the run holds until {} or leaves the fleet",
-                if names.len() == 1 { "Replica" } else { "Replicas" },
-                names.join(", "),
-                secs(waited),
-                humantime::format_duration(timeout),
-                if names.len() == 1 { "it answers" } else { "they answer" },
-            );
-            self.driver_event("ReplicaLagging", true, msg, now);
-        }
+        let newly_named = wait.named != names;
+        wait.named = names.clone();
+        let newly_lagging = !wait.lagging && u128::from(waited) >= timeout.as_millis();
+        wait.lagging |= newly_lagging;
         if let Some(f) = &self.fleet_mode {
             let list: Vec<(String, u64)> =
                 names.iter().map(|n| (n.clone(), wait.since_ms)).collect();
             f.ownership.report_waiting(&self.def.spec.name, &list);
         }
+        // Kept before the events go out: each event writes the status, which must
+        // already name whom the run waits for.
         self.ack_wait = Some(wait);
+        let (one, who) = (names.len() == 1, names.join(", "));
+        if newly_named {
+            let msg = format!(
+                "Waiting for {} {who} (canary weight {}): {reason}; the run takes no step until every replica has the route",
+                if one { "replica" } else { "replicas" },
+                self.rec.state.canary_weight,
+            );
+            self.driver_event("WaitingForReplicas", true, msg, now);
+        }
+        if newly_lagging {
+            let msg = format!(
+                "{} {who} lagging: no acknowledgement for {} (cluster.ackTimeout {}); the run holds until {} or leaves the fleet",
+                if one { "Replica" } else { "Replicas" },
+                secs(waited),
+                humantime::format_duration(timeout),
+                if one { "it answers" } else { "they answer" },
+            );
+            self.driver_event("ReplicaLagging", true, msg, now);
+        }
     }
 
     /// Every plane answered a whole pass: the wait, if any, is over.

@@ -30,6 +30,10 @@ impl Runner {
                 if let Some(f) = self.fleet_mode.as_mut() {
                     f.driving = None;
                 }
+                // The new owner waits for the replicas from now on, if it must.
+                if self.ack_wait.take().is_some() {
+                    o.report_waiting(&self.def.spec.name, &[]);
+                }
                 self.driver_event(
                     "OwnershipLost",
                     true,

@@ -609,3 +609,137 @@ async fn every_event_finds_its_traffic_on_the_data_plane() {
         );
     }
 }
+
+/// Another replica's plane (an in-process table under another id) whose writes wait,
+/// while `held` is set, until the test releases them: a replica that stopped answering.
+struct Held {
+    inner: Arc<InProcess>,
+    id: String,
+    held: AtomicBool,
+    release: tokio::sync::Notify,
+}
+
+impl DataPlane for Held {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn read_route<'a>(&'a self, route: &'a str) -> BoxFuture<'a, Result<RouteRead, DpError>> {
+        self.inner.read_route(route)
+    }
+    fn write_route<'a>(
+        &'a self,
+        route: &'a str,
+        change: &'a RouteChange,
+        def: &'a CanaryDef,
+    ) -> BoxFuture<'a, Result<u64, DpError>> {
+        Box::pin(async move {
+            if self.held.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            self.inner.write_route(route, change, def).await
+        })
+    }
+    fn stats<'a>(
+        &'a self,
+        route: &'a str,
+        window_secs: u64,
+        max_age_ms: Option<u64>,
+    ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
+        self.inner.stats(route, window_secs, max_age_ms)
+    }
+    fn backend<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BackendView, DpError>> {
+        self.inner.backend(name)
+    }
+}
+
+/// A step one plane does not answer: the run names it after the grace, reports it
+/// lagging past the ack timeout, takes no further step however long it waits, and
+/// goes on once the plane answers. All on the paused clock.
+#[tokio::test(start_paused = true)]
+async fn a_step_waits_for_every_plane_and_names_the_one_it_waits_for() {
+    let cfg = config();
+    let here = TableStore::new(cfg.table.clone());
+    let there = TableStore::new(cfg.table.clone());
+    let slow = Arc::new(Held {
+        inner: in_process(&there),
+        id: "http://replica-2:9901".into(),
+        held: AtomicBool::new(false),
+        release: tokio::sync::Notify::new(),
+    });
+    let en = Engine::start_on(
+        vec![(def(&cfg), Fleet::new(vec![in_process(&here), slow.clone()]))],
+        EngineOptions {
+            clock: clock(),
+            ..Default::default()
+        },
+    );
+    start_run(&en).await;
+    until(&en, "the first step", |s| s.canary_weight == 10).await;
+    assert_eq!((store_weight(&here), store_weight(&there)), (10, 10));
+    slow.held.store(true, Ordering::SeqCst);
+    let waiting = until(&en, "the wait named", |s| {
+        s.events.iter().any(|e| e.reason == "WaitingForReplicas")
+    })
+    .await;
+    assert_eq!(waiting.waiting_for_replicas, vec!["http://replica-2:9901"]);
+    let since = waiting.waiting_since_ms.expect("since");
+    let named = waiting
+        .events
+        .iter()
+        .find(|e| e.reason == "WaitingForReplicas")
+        .unwrap();
+    assert!(
+        named.message.contains("replica http://replica-2:9901")
+            && named.message.contains("the step to canary weight 20"),
+        "{}",
+        named.message
+    );
+    assert!(
+        !waiting.events.iter().any(|e| e.reason == "ReplicaLagging"),
+        "not lagging before the ack timeout"
+    );
+    assert_eq!(store_weight(&here), 20, "the answering plane has the step");
+    assert_eq!(store_weight(&there), 10);
+    let lagging = until(&en, "reported lagging", |s| {
+        s.events.iter().any(|e| e.reason == "ReplicaLagging")
+    })
+    .await;
+    let e = lagging
+        .events
+        .iter()
+        .find(|e| e.reason == "ReplicaLagging")
+        .unwrap();
+    assert!(
+        e.time_ms >= since + crate::config::cluster::DEFAULT_ACK_TIMEOUT.as_millis() as u64,
+        "{} then {}",
+        since,
+        e.time_ms
+    );
+    // However long it waits, nothing more is stepped.
+    tokio::time::sleep(INTERVAL * 3).await;
+    let held = en.status("app").unwrap();
+    assert_eq!(held.canary_weight, 20);
+    assert_eq!(
+        held.ticks, lagging.ticks,
+        "no tick while a plane owes an answer"
+    );
+    assert_eq!(
+        held.events
+            .iter()
+            .filter(|e| e.reason == "WaitingForReplicas")
+            .count(),
+        1,
+        "named once for one wait"
+    );
+    slow.held.store(false, Ordering::SeqCst);
+    slow.release.notify_waiters();
+    let s = until(&en, "acknowledged", |s| {
+        s.events.iter().any(|e| e.reason == "ReplicasAcknowledged")
+    })
+    .await;
+    assert!(s.waiting_for_replicas.is_empty() && s.waiting_since_ms.is_none());
+    // The wait ended: the next tick (long due) steps on at once.
+    until(&en, "the next step", |s| s.canary_weight == 30).await;
+    assert_eq!((store_weight(&here), store_weight(&there)), (30, 30));
+    en.shutdown().await;
+}
