@@ -74,8 +74,12 @@ pub fn endpoint_draw(r: u64) -> u64 {
 pub struct Refusal {
     /// The error: status and `x-weir-error` code.
     pub err: ProxyError,
-    /// Why, for the body (`code: detail`).
+    /// Why, for the body (`code: detail`): never an address, a backend name or a
+    /// cause the client has no business reading.
     pub detail: Cow<'static, str>,
+    /// What only the operator reads (the endpoint, the backend, the cause): the log
+    /// and the access line, never the client.
+    pub cause: Option<String>,
     /// Seconds for a `Retry-After` header (a rate-limited request).
     pub retry_after: Option<u64>,
 }
@@ -85,8 +89,15 @@ impl Refusal {
         Refusal {
             err,
             detail: detail.into(),
+            cause: None,
             retry_after: None,
         }
+    }
+
+    /// The same refusal with what only the operator may read.
+    pub(crate) fn because(mut self, cause: String) -> Self {
+        self.cause = Some(cause);
+        self
     }
 
     /// The status sent to the client.
@@ -123,8 +134,9 @@ pub fn pick_endpoint(backend: &Backend, r: u64) -> Result<Arc<Endpoint>, Refusal
     backend.pick(endpoint_draw(r)).ok_or_else(|| {
         Refusal::new(
             ProxyError::NoEndpoint,
-            format!("backend {} has no ready endpoint", backend.name),
+            "no ready endpoint to send the request to",
         )
+        .because(format!("backend {} has no ready endpoint", backend.name))
     })
 }
 
@@ -154,23 +166,29 @@ impl UpstreamFailure {
         backend: &Backend,
         endpoint: &Endpoint,
     ) -> Refusal {
-        let addr = &endpoint.address;
+        let (addr, name) = (&endpoint.address, &backend.name);
+        // The client reads a sentence; the endpoint and the backend go to the log.
         match self {
-            UpstreamFailure::NoTlsClient => Refusal::new(
-                ProxyError::Upstream,
-                format!("cannot set up TLS to backend {}", backend.name),
-            ),
+            UpstreamFailure::NoTlsClient => {
+                Refusal::new(ProxyError::Upstream, "the upstream could not be reached")
+                    .because(format!("cannot set up TLS to backend {name}"))
+            }
             UpstreamFailure::Connect => {
                 rt.metrics.record_connect_error(role);
-                Refusal::new(ProxyError::Upstream, format!("cannot connect to {addr}"))
+                Refusal::new(ProxyError::Upstream, "the upstream could not be reached")
+                    .because(format!("cannot connect to {addr} (backend {name})"))
             }
             UpstreamFailure::Broken => {
-                Refusal::new(ProxyError::Upstream, format!("{addr} broke the exchange"))
+                Refusal::new(ProxyError::Upstream, "the upstream broke the exchange")
+                    .because(format!("{addr} (backend {name}) broke the exchange"))
             }
             UpstreamFailure::Timeout(within) => Refusal::new(
                 ProxyError::Timeout,
-                format!("no response from {addr} within {within:?}"),
-            ),
+                format!("no response from the upstream within {within:?}"),
+            )
+            .because(format!(
+                "no response from {addr} (backend {name}) within {within:?}"
+            )),
         }
     }
 }
@@ -316,6 +334,20 @@ impl AccessLine {
         status: u16,
         start: Instant,
     ) {
+        self.log_with(shared, peer, route, status, None, start);
+    }
+
+    /// Writes the line with the final status and, for an answer weir made, the
+    /// cause only the operator reads.
+    pub fn log_with(
+        &self,
+        shared: &ProxyShared,
+        peer: SocketAddr,
+        route: Option<&str>,
+        status: u16,
+        cause: Option<&str>,
+        start: Instant,
+    ) {
         log_access(
             shared,
             peer,
@@ -324,6 +356,7 @@ impl AccessLine {
             &self.path,
             route,
             status,
+            cause,
             start,
         );
     }
@@ -345,13 +378,24 @@ pub fn log_access(
     path: &str,
     route: Option<&str>,
     status: u16,
+    cause: Option<&str>,
     start: Instant,
 ) {
     let ms = start.elapsed().as_secs_f64() * 1000.0;
-    if shared.settings.access_log {
-        tracing::info!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
-    } else {
-        tracing::debug!(target: "weir::access", %peer, %method, host, path, route = route.unwrap_or("-"), status, ms, "request");
+    let route = route.unwrap_or("-");
+    match (shared.settings.access_log, cause) {
+        (true, None) => {
+            tracing::info!(target: "weir::access", %peer, %method, host, path, route, status, ms, "request")
+        }
+        (true, Some(cause)) => {
+            tracing::info!(target: "weir::access", %peer, %method, host, path, route, status, ms, cause, "request")
+        }
+        (false, None) => {
+            tracing::debug!(target: "weir::access", %peer, %method, host, path, route, status, ms, "request")
+        }
+        (false, Some(cause)) => {
+            tracing::debug!(target: "weir::access", %peer, %method, host, path, route, status, ms, cause, "request")
+        }
     }
 }
 
@@ -369,8 +413,24 @@ pub fn account_refusal(
     if let Some((rt, role)) = counted {
         record_error(shared, rt, role, refusal.err, start);
     }
+    log_cause(peer, route, refusal);
     if let Some(l) = line {
-        l.log(shared, peer, route, refusal.status(), start);
+        l.log_with(
+            shared,
+            peer,
+            route,
+            refusal.status(),
+            refusal.cause.as_deref(),
+            start,
+        );
+    }
+}
+
+/// The log line of an answer weir made because of an upstream or a backend: what
+/// the client's body leaves out.
+pub fn log_cause(peer: SocketAddr, route: Option<&str>, refusal: &Refusal) {
+    if let Some(cause) = &refusal.cause {
+        tracing::info!(target: "weir::upstream", %peer, route = route.unwrap_or("-"), error = refusal.err.code(), cause, "answered by weir");
     }
 }
 

@@ -371,11 +371,14 @@ pub async fn handle(
     }
 
     // Phase: response.
+    let mut cause = None;
     let resp = match outcome {
         Err(Err(fault)) => client_fault(&shared, rt, role, fault),
         Err(Ok(failure)) => {
             let refusal = failure.refusal(rt, role, backend, &endpoint);
             phases::record_error(&shared, rt, role, refusal.err, attempt_start);
+            phases::log_cause(conn.peer, Some(&route.name), &refusal);
+            cause = refusal.cause.clone();
             refusal.err.response(&refusal.detail)
         }
         Ok(resp) => {
@@ -456,11 +459,12 @@ pub async fn handle(
     };
     abandoned.armed = false;
     if let Some(l) = abandoned.log.take() {
-        l.log(
+        l.log_with(
             &shared,
             conn.peer,
             Some(&route.name),
             resp.status().as_u16(),
+            cause.as_deref(),
             start,
         );
     }

@@ -356,3 +356,68 @@ async fn keep_alive_survives_idle_pauses_split_heads_split_bodies_and_pipelining
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(body.contains(&big), "the big header reached the backend");
 }
+
+/// An answer weir makes because of an upstream never names the upstream: no
+/// address, port or backend name in the body, on either transport (the fast path
+/// and hyper's), for a refused connect (502), a silent backend (504) and a backend
+/// with no endpoint left (503). The cause goes to the log instead.
+#[tokio::test]
+async fn a_client_never_reads_an_internal_address() {
+    let (_held, refused) = refusing_addr();
+    let silent = scripted(|_, _| Reply::Stall).await;
+    let silent_addr = silent.addr;
+    let yaml = |fast: bool| {
+        format!(
+            "proxy:\n  http1FastPath: {fast}\nbackends:\n  secret-db:\n    endpoints: [\"{refused}\"]\n  secret-slow:\n    endpoints: [\"{silent_addr}\"]\n  secret-none:\n    endpoints: [\"{refused}\"]\n    healthCheck: {{ path: /healthz, interval: 100ms, unhealthyThreshold: 1 }}\nroutes:\n  - {{ name: dead, hosts: [dead.test], primary: secret-db }}\n  - {{ name: slow, hosts: [slow.test], primary: secret-slow, timeout: 300ms }}\n  - {{ name: none, hosts: [none.test], primary: secret-none }}\n"
+        )
+    };
+    for fast in [true, false] {
+        let app = proxy(&yaml(fast)).await;
+        let c = client();
+        // The health check finds the only endpoint of secret-none down.
+        let down = eventually(Duration::from_secs(10), || async {
+            get_once(&c, app.proxy_addr(), "/", &[("host", "none.test")])
+                .await
+                .status
+                == 503
+        })
+        .await;
+        assert!(down, "secret-none's endpoint never went down");
+        let mut seen = Vec::new();
+        for (host, status, code) in [
+            ("dead.test", 502, "upstream-failed"),
+            ("slow.test", 504, "upstream-timeout"),
+            ("none.test", 503, "no-healthy-endpoint"),
+        ] {
+            let r = get_once(&c, app.proxy_addr(), "/", &[("host", host)]).await;
+            let body = r.text();
+            assert_eq!(
+                (r.status, r.header("x-weir-error")),
+                (status, Some(code)),
+                "fast path {fast}, {host}: {body}"
+            );
+            for secret in [
+                "127.0.0.1".to_string(),
+                refused.port().to_string(),
+                silent_addr.port().to_string(),
+                "secret".to_string(),
+            ] {
+                assert!(
+                    !body.contains(&secret),
+                    "fast path {fast}, {host}: the body names {secret}: {body}"
+                );
+            }
+            seen.push(body);
+        }
+        assert_eq!(
+            seen,
+            [
+                "upstream-failed: the upstream could not be reached\n",
+                "upstream-timeout: no response from the upstream within 300ms\n",
+                "no-healthy-endpoint: no ready endpoint to send the request to\n",
+            ],
+            "fast path {fast}"
+        );
+        app.shutdown().await;
+    }
+}

@@ -72,12 +72,10 @@ pub(super) fn prepare(
     // empty line. hyper would close after its 431, so this closes too.
     if head.len() > shared.settings.max_header_bytes {
         return Prepared::Answer(Answer {
-            refusal: Refusal {
-                err: ProxyError::HeadersTooLarge,
-                detail: crate::proxy::limits::head_too_large(shared.settings.max_header_bytes)
-                    .into(),
-                retry_after: None,
-            },
+            refusal: Refusal::new(
+                ProxyError::HeadersTooLarge,
+                crate::proxy::limits::head_too_large(shared.settings.max_header_bytes),
+            ),
             counted: None,
             close: true,
             log: None,
