@@ -104,7 +104,13 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             .await
             .map_err(|e| format!("listener {}: cannot bind {}: {e}", l.name, l.address))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        bound.push((l.name.clone(), addr, listener, tls));
+        bound.push((
+            l.name.clone(),
+            addr,
+            listener,
+            tls,
+            l.trusted_proxies.clone(),
+        ));
     }
     let admin_address = cfg.admin.address;
     let admin_listener = TcpListener::bind(admin_address)
@@ -150,13 +156,14 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             .map(|c| Arc::new(c) as Arc<dyn crate::cluster::Ownership>),
     )?);
     let mut listeners = Vec::new();
-    for (name, addr, listener, tls) in bound {
+    for (name, addr, listener, tls, trusted) in bound {
         tracing::info!(listener = %name, %addr, tls = tls.is_some(), "proxy listening");
         listeners.push((name, addr));
         tasks.push(tokio::spawn(server::serve(
             listener,
             shared.clone(),
             tls,
+            trusted.into(),
             rx.clone(),
             cfg.proxy.drain_timeout,
         )));

@@ -222,6 +222,10 @@ pub struct RawListener {
     /// Terminate TLS on this listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RawTls>,
+    /// CIDRs (or addresses) of the proxies in front of this listener whose
+    /// client-address headers are believed; from any other peer they are replaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
 }
 
 /// TLS termination on a listener: one certificate (`certFile` + `keyFile`),

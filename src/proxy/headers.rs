@@ -72,7 +72,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The X-Forwarded-* headers weir writes itself: a client's values of
-/// these are replaced (X-Forwarded-For is extended, see [`forwarded_for_prefix`]).
+/// these are replaced (X-Forwarded-For is extended when the peer is a trusted
+/// proxy, see [`forwarded_for_prefix`]).
 pub fn is_forwarded_header(name: &str) -> bool {
     let n = name.as_bytes();
     let eq = |s: &str| n.eq_ignore_ascii_case(s.as_bytes());
@@ -81,6 +82,34 @@ pub fn is_forwarded_header(name: &str) -> bool {
         16 => eq("x-forwarded-host"),
         17 => eq("x-forwarded-proto"),
         _ => false,
+    }
+}
+
+/// The client-address headers other than X-Forwarded-For: `Forwarded`
+/// (RFC 7239), `X-Real-IP` (nginx) and `True-Client-IP` (Akamai, Cloudflare).
+/// From a peer that is not one of the listener's `trustedProxies`, each is
+/// replaced by the peer's address, never passed on: a client must not pick the
+/// address a backend believes.
+pub const CLIENT_ADDRESS_HEADERS: [&str; 3] = ["forwarded", "x-real-ip", "true-client-ip"];
+
+/// The index of `name` in [`CLIENT_ADDRESS_HEADERS`] (any case).
+#[inline]
+pub fn client_address_header(name: &str) -> Option<usize> {
+    match name.len() {
+        9 | 14 => CLIENT_ADDRESS_HEADERS
+            .iter()
+            .position(|h| name.eq_ignore_ascii_case(h)),
+        _ => None,
+    }
+}
+
+/// The value header `i` of [`CLIENT_ADDRESS_HEADERS`] gets for peer `ip`: the
+/// address, or `Forwarded`'s `for=` element (an IPv6 address quoted in brackets).
+pub fn client_address_value(i: usize, ip: &str) -> String {
+    match (i, ip.contains(':')) {
+        (0, true) => format!("for=\"[{ip}]\""),
+        (0, false) => format!("for={ip}"),
+        _ => ip.to_string(),
     }
 }
 

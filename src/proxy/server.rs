@@ -61,6 +61,7 @@ pub async fn serve(
     listener: TcpListener,
     shared: Arc<ProxyShared>,
     tls: Option<Arc<Terminator>>,
+    trusted_proxies: Arc<[ipnet::IpNet]>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
@@ -99,6 +100,8 @@ pub async fn serve(
         let conn = Conn {
             peer,
             port,
+            // Decided once per connection: the requests read a bool.
+            trusted: trusted_proxies.iter().any(|n| n.contains(&peer.ip())),
             guard: Arc::new(ConnGuard::default()),
             shared: shared.clone(),
             builder: builder.clone(),
@@ -142,6 +145,8 @@ struct Conn {
     peer: SocketAddr,
     /// The listener's port (`port` match conditions).
     port: u16,
+    /// The peer is one of the listener's `trustedProxies`.
+    trusted: bool,
     guard: Arc<ConnGuard>,
     shared: Arc<ProxyShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
@@ -157,9 +162,14 @@ struct Conn {
 /// A plain connection on the HTTP/1 fast path; one it hands back (a request
 /// it does not serve, see `express`) is served by hyper from that request on.
 async fn fast_connection(stream: TcpStream, conn: Conn) {
-    let handed =
-        super::express::connection(stream, conn.peer, conn.port, &conn.shared, &conn.shutdown)
-            .await;
+    let handed = super::express::connection(
+        stream,
+        (conn.peer, conn.trusted),
+        conn.port,
+        &conn.shared,
+        &conn.shutdown,
+    )
+    .await;
     let Some(h) = handed else { return };
     let head_by = h.head_by;
     let s = &conn.shared.settings;
@@ -208,6 +218,7 @@ where
     let Conn {
         peer,
         port,
+        trusted,
         guard,
         shared,
         builder,
@@ -226,6 +237,7 @@ where
         peer,
         tls,
         port,
+        trusted,
         guard: Some(guard.clone()),
     };
     // Boxed per request: hyper keeps the allocation holding the service future

@@ -69,6 +69,9 @@ pub struct ConnInfo {
     pub tls: bool,
     /// The listener's port (`port` matches).
     pub port: u16,
+    /// The peer is one of the listener's `trustedProxies`: its client-address
+    /// headers are passed on (else replaced by the peer's address).
+    pub trusted: bool,
     /// Request numbering and smuggling marks of the connection (`None`
     /// when the caller does not track them, e.g. in unit tests).
     pub guard: Option<Arc<ConnGuard>>,

@@ -172,10 +172,7 @@ async fn headers_weir_depends_on_survive_being_listed_in_connection() {
             serde_json::json!(["app.test"]),
             "fast path {fast}: {h}"
         );
-        assert_eq!(
-            h["x-forwarded-for"][0], "9.9.9.9, 127.0.0.1",
-            "fast path {fast}"
-        );
+        assert_eq!(h["x-forwarded-for"][0], "127.0.0.1", "fast path {fast}");
         assert_eq!(h["x-forwarded-proto"][0], "http", "fast path {fast}");
         assert_eq!(h["x-forwarded-host"][0], "app.test", "fast path {fast}");
         // A body framed by a Content-Length the client also listed.

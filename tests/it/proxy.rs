@@ -136,7 +136,8 @@ async fn backend_sees_forwarded_headers_and_no_hop_by_hop() {
         );
     }
     assert_eq!(h["host"][0], "shop.example.com", "client Host kept");
-    assert_eq!(h["x-forwarded-for"][0], "203.0.113.9, 127.0.0.1");
+    // The test client is no trusted proxy: what it claims is replaced.
+    assert_eq!(h["x-forwarded-for"][0], "127.0.0.1");
     assert_eq!(h["x-forwarded-proto"][0], "http");
     assert_eq!(h["x-forwarded-host"][0], "shop.example.com");
     assert_eq!(h["x-env"][0], "prod");
@@ -420,4 +421,63 @@ async fn a_client_never_reads_an_internal_address() {
         );
         app.shutdown().await;
     }
+}
+
+/// `listeners[].trustedProxies`, on both transports: from a peer outside it the
+/// client-address headers a client sent are replaced by the peer's address
+/// (X-Forwarded-For, X-Real-IP, Forwarded, True-Client-IP); from a trusted proxy
+/// they pass and X-Forwarded-For is extended.
+#[tokio::test]
+async fn only_a_trusted_proxy_chooses_the_client_address() {
+    let up = echo("v1").await;
+    let claims = [
+        ("host", "shop.test"),
+        ("x-forwarded-for", "203.0.113.9"),
+        ("x-real-ip", "203.0.113.9"),
+        ("forwarded", "for=203.0.113.9;proto=https"),
+        ("true-client-ip", "203.0.113.9"),
+    ];
+    for fast in [true, false] {
+        for trusted in [false, true] {
+            let yaml = format!(
+                "listeners:\n  - name: http\n    address: 127.0.0.1:0\n    trustedProxies: [{}]\nproxy: {{ http1FastPath: {fast} }}\n{}",
+                if trusted { "\"127.0.0.0/8\"" } else { "\"10.0.0.0/8\"" },
+                one_route_config(up.addr)
+            );
+            let app = proxy(&yaml).await;
+            let r = get_once(&client(), app.proxy_addr(), "/echo", &claims).await;
+            assert_eq!(r.status, 200, "fast {fast} trusted {trusted}");
+            let h = &r.json()["headers"];
+            let one = |n: &str| h[n][0].as_str().unwrap_or("").to_string();
+            let want = if trusted {
+                [
+                    "203.0.113.9, 127.0.0.1",
+                    "203.0.113.9",
+                    "for=203.0.113.9;proto=https",
+                    "203.0.113.9",
+                ]
+            } else {
+                ["127.0.0.1", "127.0.0.1", "for=127.0.0.1", "127.0.0.1"]
+            };
+            assert_eq!(
+                [
+                    one("x-forwarded-for"),
+                    one("x-real-ip"),
+                    one("forwarded"),
+                    one("true-client-ip")
+                ],
+                want,
+                "fast {fast} trusted {trusted}: {h}"
+            );
+            app.shutdown().await;
+        }
+    }
+    let bad = weir::config::parse_yaml(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\n    trustedProxies: [\"ten\"]\nroutes: []\n",
+        "t.yaml",
+        std::path::Path::new("."),
+    )
+    .expect_err("refused")
+    .to_string();
+    assert!(bad.contains("listeners[0].trustedProxies[0]"), "{bad}");
 }

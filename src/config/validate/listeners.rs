@@ -45,11 +45,25 @@ pub(super) fn validate_listeners(
             .tls
             .as_ref()
             .map(|t| validate_listener_tls(&format!("{path}.tls"), t, base, errs));
+        let mut trusted_proxies = Vec::new();
+        for (j, cidr) in l.trusted_proxies.iter().enumerate() {
+            match cidr
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            {
+                Ok(n) => trusted_proxies.push(n),
+                Err(_) => errs.push(
+                    format!("{path}.trustedProxies[{j}]"),
+                    format!("expected a CIDR such as 10.0.0.0/8 or an address (got {cidr:?})"),
+                ),
+            }
+        }
         if let Some(address) = addr {
             out.push(ListenerConfig {
                 name: l.name.clone(),
                 address,
                 tls,
+                trusted_proxies,
             });
         }
     }

@@ -10,6 +10,9 @@ pub struct ListenerConfig {
     pub address: SocketAddr,
     /// TLS termination; `None` = clear text (HTTP/1.1 and h2c).
     pub tls: Option<ListenerTls>,
+    /// Peers whose X-Forwarded-For, Forwarded, X-Real-IP and True-Client-IP are
+    /// passed on (`trustedProxies`); every other peer's are replaced.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// TLS termination of a listener, validated (every file read and parsed once).

@@ -12,8 +12,8 @@
 
 use crate::config::ProxySettings;
 use crate::proxy::headers::{
-    forwarded_for_prefix, forwarded_proto, is_forwarded_header, is_hop_by_hop_name, is_protected,
-    is_weir_header,
+    client_address_header, client_address_value, forwarded_for_prefix, forwarded_proto,
+    is_forwarded_header, is_hop_by_hop_name, is_protected, is_weir_header,
 };
 use http::Method;
 
@@ -153,12 +153,15 @@ pub fn write_upstream_head(
     req: &FastRequest<'_>,
     headers: &[httparse::Header<'_>],
     peer_ip: &str,
+    trusted: bool,
 ) {
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(req.target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut forwarded_for: Option<&[u8]> = None;
+    // Which client-address headers were replaced already (each is written once).
+    let mut replaced = [false; 3];
     for h in headers {
         let n = h.name;
         if is_hop_by_hop_name(n.as_bytes()) || req.listed.contains(n) || is_weir_header(n) {
@@ -170,11 +173,22 @@ pub fn write_upstream_head(
             }
             continue;
         }
+        if !trusted {
+            if let Some(i) = client_address_header(n) {
+                if !std::mem::replace(&mut replaced[i], true) {
+                    let v = client_address_value(i, peer_ip);
+                    push_header(out, n.as_bytes(), v.as_bytes());
+                }
+                continue;
+            }
+        }
         push_header(out, n.as_bytes(), h.value);
     }
     out.extend_from_slice(b"x-forwarded-for: ");
-    if let Some(prev) = forwarded_for_prefix(forwarded_for.and_then(crate::routing::as_visible_str))
-    {
+    let prev = forwarded_for
+        .filter(|_| trusted)
+        .and_then(crate::routing::as_visible_str);
+    if let Some(prev) = forwarded_for_prefix(prev) {
         out.extend_from_slice(prev.as_bytes());
         out.extend_from_slice(b", ");
     }

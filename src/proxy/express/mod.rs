@@ -82,6 +82,8 @@ struct Client<'a> {
     port: u16,
     /// The peer's address as text, formatted once (X-Forwarded-For).
     peer_ip: &'a str,
+    /// The peer is one of the listener's `trustedProxies`.
+    trusted: bool,
     /// True once a graceful shutdown has begun.
     shutdown: &'a watch::Receiver<bool>,
 }
@@ -110,7 +112,7 @@ impl Handoff {
 /// graceful shutdown begins.
 pub async fn connection(
     mut stream: TcpStream,
-    peer: SocketAddr,
+    (peer, trusted): (SocketAddr, bool),
     port: u16,
     shared: &Arc<ProxyShared>,
     shutdown: &watch::Receiver<bool>,
@@ -157,6 +159,7 @@ pub async fn connection(
             peer,
             port,
             peer_ip: &peer_ip,
+            trusted,
             shutdown,
         };
         // Boxed: its state is only needed while a request is in flight.

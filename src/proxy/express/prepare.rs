@@ -160,7 +160,13 @@ pub(super) fn prepare(
         }
     };
     let mut upstream_head = Vec::with_capacity(head.len() + 128);
-    head::write_upstream_head(&mut upstream_head, &fast, req.headers, cx.peer_ip);
+    head::write_upstream_head(
+        &mut upstream_head,
+        &fast,
+        req.headers,
+        cx.peer_ip,
+        cx.trusted,
+    );
     let set_cookies = match &route.affinity {
         Some(cfg) if !decision.cookies.is_empty() => {
             decision.cookies.render(cfg, &route.pin_cookies)

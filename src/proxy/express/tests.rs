@@ -178,13 +178,46 @@ fn only_simple_requests_take_the_fast_path() {
 }
 
 fn upstream_head(raw: &[u8]) -> String {
+    upstream_head_from(raw, true)
+}
+
+/// The upstream head of `raw` from peer 10.1.2.3, a trusted proxy or not.
+fn upstream_head_from(raw: &[u8], trusted: bool) -> String {
     let s = ProxySettings::default();
     let mut hs = [httparse::EMPTY_HEADER; 32];
     let r = parse_req(raw, &mut hs);
     let fast = head::analyze_request(&r, &s).expect("served");
     let mut out = Vec::new();
-    head::write_upstream_head(&mut out, &fast, r.headers, "10.1.2.3");
+    head::write_upstream_head(&mut out, &fast, r.headers, "10.1.2.3", trusted);
     String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn an_untrusted_peer_cannot_choose_the_client_address() {
+    let raw = b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\n\
+                Forwarded: for=6.6.6.6;proto=https\r\nForwarded: for=7.7.7.7\r\nTrue-Client-IP: 6.6.6.6\r\n\r\n";
+    let got = upstream_head_from(raw, false);
+    assert!(
+        !got.contains("6.6.6.6") && !got.contains("7.7.7.7"),
+        "{got}"
+    );
+    assert!(got.contains("\r\nX-Real-IP: 10.1.2.3\r\n"), "{got}");
+    assert!(got.contains("\r\nForwarded: for=10.1.2.3\r\n"), "{got}");
+    assert_eq!(got.matches("Forwarded: ").count(), 1, "{got}");
+    assert!(got.contains("\r\nTrue-Client-IP: 10.1.2.3\r\n"), "{got}");
+    assert!(got.contains("\r\nx-forwarded-for: 10.1.2.3\r\n"), "{got}");
+    // A trusted proxy's are passed on, X-Forwarded-For extended.
+    let got = upstream_head_from(raw, true);
+    assert!(got.contains("\r\nX-Real-IP: 6.6.6.6\r\n"), "{got}");
+    assert!(got.contains("\r\nForwarded: for=7.7.7.7\r\n"), "{got}");
+    assert!(
+        got.contains("\r\nx-forwarded-for: 6.6.6.6, 10.1.2.3\r\n"),
+        "{got}"
+    );
+    assert_eq!(
+        crate::proxy::headers::client_address_value(0, "::1"),
+        "for=\"[::1]\""
+    );
 }
 
 #[test]

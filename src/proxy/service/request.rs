@@ -5,7 +5,9 @@
 
 use super::ConnInfo;
 use crate::config::UpstreamProtocol;
-use crate::proxy::headers::{forwarded_for_prefix, forwarded_proto};
+use crate::proxy::headers::{
+    client_address_value, forwarded_for_prefix, forwarded_proto, CLIENT_ADDRESS_HEADERS,
+};
 use crate::proxy::{strip_hop_by_hop, strip_weir_headers, upgrade};
 use crate::routing::Route;
 use http::header::{HeaderValue, HOST, TE};
@@ -70,7 +72,7 @@ pub(super) fn upstream_request(
             headers.insert(HOST, v);
         }
     }
-    append_forwarded_for(&mut headers, conn.peer.ip());
+    forwarding_headers(&mut headers, conn.peer.ip(), conn.trusted);
     headers.insert(
         X_FORWARDED_PROTO.clone(),
         HeaderValue::from_static(forwarded_proto(conn.tls)),
@@ -107,10 +109,31 @@ pub(super) fn copy_head(req: &Request<()>) -> Request<()> {
     r
 }
 
-/// Appends the peer to X-Forwarded-For (comma-joined, as nginx's
-/// `$proxy_add_x_forwarded_for`).
-pub(super) fn append_forwarded_for(headers: &mut http::HeaderMap, ip: std::net::IpAddr) {
-    let first = headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok());
+/// X-Forwarded-For and the other client-address headers: from a trusted proxy
+/// the peer is appended to X-Forwarded-For (comma-joined, as nginx's
+/// `$proxy_add_x_forwarded_for`) and the others pass; from any other peer
+/// X-Forwarded-For is the peer alone and the others it sent are replaced by its
+/// address.
+pub(super) fn forwarding_headers(
+    headers: &mut http::HeaderMap,
+    ip: std::net::IpAddr,
+    trusted: bool,
+) {
+    if !trusted {
+        let mut text = None;
+        for (i, name) in CLIENT_ADDRESS_HEADERS.iter().enumerate() {
+            if headers.contains_key(*name) {
+                let ip = text.get_or_insert_with(|| ip.to_string());
+                if let Ok(v) = HeaderValue::from_str(&client_address_value(i, ip)) {
+                    headers.insert(*name, v);
+                }
+            }
+        }
+    }
+    let first = headers
+        .get(&X_FORWARDED_FOR)
+        .filter(|_| trusted)
+        .and_then(|v| v.to_str().ok());
     let joined = match forwarded_for_prefix(first) {
         Some(prev) => format!("{prev}, {ip}"),
         None => ip.to_string(),
