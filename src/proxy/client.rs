@@ -140,7 +140,11 @@ fn build(settings: &ProxySettings, connector: Connector, protocol: UpstreamProto
     b.pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .pool_idle_timeout(settings.upstream_idle_timeout)
-        .pool_max_idle_per_host(settings.upstream_max_idle_per_host);
+        .pool_max_idle_per_host(settings.upstream_max_idle_per_host)
+        // An unsent request comes back to weir ([`unsent`]), which sends it again
+        // on a new connection: hyper-util's own resend goes back to the pool, where
+        // a request could wait until the route timeout for a connection.
+        .retry_canceled_requests(false);
     if protocol == UpstreamProtocol::Http2 {
         b.http2_only(true);
     }
@@ -315,14 +319,37 @@ impl ConnUse {
 #[derive(Clone)]
 struct ConnUseHandle(Arc<ConnUse>);
 
+/// Whether `err` says the request never left weir: hyper-util gave it back
+/// unsent (its pooled connection closed before a byte of it was written), or
+/// the pooled connection it was given was already closed. Such a request may
+/// go again on a new connection whatever its method, if weir still has it.
+pub fn unsent(err: &hyper_util::client::legacy::Error) -> bool {
+    use hyper_util::client::legacy::pool;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(e) = cur {
+        if matches!(
+            e.downcast_ref::<pool::Error>(),
+            Some(pool::Error::CheckedOutClosedValue)
+        ) {
+            return true;
+        }
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
 /// Whether `err` is a pooled HTTP/1 connection that failed before any byte
 /// of the answer: it had served a request before (the backend read and
 /// answered on it) and nothing came back for this one. Such a connection was
 /// closed by the backend while it sat idle, or just as the request went out
 /// (a keep-alive race no client can avoid); the request never reached a
-/// handler, so an idempotent one may go again. hyper-util retries only the
-/// requests it had not started writing (`retry_canceled_requests`), which
-/// misses the race where the close arrives after the write.
+/// handler, so an idempotent one may go again. (A request not written at all
+/// is [`unsent`].)
 pub fn stale_connection(err: &hyper_util::client::legacy::Error) -> bool {
     if err.is_connect() {
         return false;

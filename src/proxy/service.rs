@@ -312,10 +312,12 @@ pub async fn handle(
             ))),
             None => up_body,
         };
-        // An idempotent request without a body may meet a pooled connection the
-        // backend has just closed; it then goes once more on a new connection
-        // (as the fast path and nginx do), so it needs a copy of its head.
-        let again = (upload.is_none() && method.is_idempotent()).then(|| copy_head(&up));
+        // A request without a body may meet a pooled connection the backend has
+        // just closed; it then goes once more on a new connection (as the fast
+        // path and nginx do) if it was not written at all, or if it is
+        // idempotent and nothing came back. So it needs a copy of its head.
+        let idempotent = method.is_idempotent();
+        let again = upload.is_none().then(|| copy_head(&up));
         let up = up.map(|()| up_body);
         let guard = InFlight::start(endpoint.clone());
         let limits = Limits {
@@ -326,7 +328,10 @@ pub async fn handle(
         let exchange = async {
             let first = client.request(up).await;
             match (first, again) {
-                (Err(e), Some(req)) if super::client::stale_connection(&e) => {
+                (Err(e), Some(req))
+                    if super::client::unsent(&e)
+                        || (idempotent && super::client::stale_connection(&e)) =>
+                {
                     tracing::debug!(target: "weir::upstream", endpoint = %endpoint.address, error = %e, "pooled connection closed before an answer; sending again on a new one");
                     match shared.client.fresh_for(protocol, upstream_tls) {
                         Ok(fresh) => fresh.request(req.map(|()| ProxyBody::empty())).await,

@@ -7,7 +7,7 @@ use super::request::copy_head;
 use crate::config::{UpstreamProtocol, UpstreamTls};
 use crate::dataplane::resilience::retry::{AttemptOutcome, BodyReplay};
 use crate::proxy::body::ProxyBody;
-use crate::proxy::client::{stale_connection, HttpClient};
+use crate::proxy::client::{stale_connection, unsent, HttpClient};
 use crate::proxy::phases::attempts::{self, Attempts, Tried};
 use crate::proxy::phases::{UpstreamFailure, ATTEMPT_HEADER};
 use crate::proxy::upstream::Endpoint;
@@ -98,7 +98,7 @@ async fn send(
             .map_or_else(ProxyBody::empty, ProxyBody::full)
     };
     match x.client.request(req.map(|()| body())).await {
-        Err(e) if stale_connection(&e) => {
+        Err(e) if stale_connection(&e) || unsent(&e) => {
             match x.attempts.shared.client.fresh_for(x.protocol, x.tls) {
                 Ok(fresh) => fresh.request(again.map(|()| body())).await,
                 Err(_) => Err(e),
