@@ -291,6 +291,46 @@ async fn auth_switched_off_sends_no_token_until_etcd_asks_for_a_user() {
         with_token(&tokens, authenticate, call).await,
         Ok("with token")
     );
+
+    // With client certificates etcd answers "permission denied" instead.
+    let tokens = Tokens::default();
+    on.store(false, Ordering::SeqCst);
+    let call = |t: Option<Arc<str>>| async move {
+        match t {
+            Some(_) => Ok("with token"),
+            None if on.load(Ordering::SeqCst) => Err(EtcdError::Status {
+                http: 403,
+                code: 7,
+                message: "etcdserver: permission denied".into(),
+            }),
+            None => Ok("without"),
+        }
+    };
+    assert_eq!(with_token(&tokens, authenticate, call).await, Ok("without"));
+    on.store(true, Ordering::SeqCst);
+    assert_eq!(
+        with_token(&tokens, authenticate, call).await,
+        Ok("with token")
+    );
+}
+
+#[tokio::test]
+async fn a_permission_denied_with_a_token_is_not_a_token_problem() {
+    let tokens = Tokens::default();
+    let logins = AtomicU64::new(0);
+    let authenticate = || async {
+        logins.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, EtcdError>(Some("t".to_string()))
+    };
+    let denied = |_t: Option<Arc<str>>| async {
+        Err::<(), _>(EtcdError::Status {
+            http: 403,
+            code: 7,
+            message: "etcdserver: permission denied".into(),
+        })
+    };
+    assert!(with_token(&tokens, authenticate, denied).await.is_err());
+    assert_eq!(logins.load(Ordering::SeqCst), 1, "no second login");
 }
 
 #[test]
