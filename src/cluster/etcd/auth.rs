@@ -69,10 +69,6 @@ pub fn token_refused(e: &EtcdError) -> bool {
     }
 }
 
-fn permission_denied(e: &EtcdError) -> bool {
-    matches!(e, EtcdError::Status { code, message, .. } if *code == 7 || message.contains("permission denied"))
-}
-
 /// The token calls are made with. Shared by every call of one client, so that a burst
 /// of calls refused together authenticates once.
 #[derive(Debug, Default)]
@@ -161,12 +157,8 @@ where
     CF: Future<Output = Result<T, EtcdError>>,
 {
     let issued = tokens.current(&authenticate).await?;
-    let without_token = issued.token.is_none();
     match call(issued.token).await {
-        // Calling without a token (authentication was off) and refused: it may have
-        // been switched on since (with client certificates etcd says "permission
-        // denied" then, taking its gateway's certificate for the caller).
-        Err(e) if token_refused(&e) || (without_token && permission_denied(&e)) => {
+        Err(e) if token_refused(&e) => {
             let fresh = tokens.renew(issued.generation, &authenticate).await?;
             call(fresh.token).await
         }

@@ -291,27 +291,6 @@ async fn auth_switched_off_sends_no_token_until_etcd_asks_for_a_user() {
         with_token(&tokens, authenticate, call).await,
         Ok("with token")
     );
-
-    // With client certificates etcd answers "permission denied" instead.
-    let tokens = Tokens::default();
-    on.store(false, Ordering::SeqCst);
-    let call = |t: Option<Arc<str>>| async move {
-        match t {
-            Some(_) => Ok("with token"),
-            None if on.load(Ordering::SeqCst) => Err(EtcdError::Status {
-                http: 403,
-                code: 7,
-                message: "etcdserver: permission denied".into(),
-            }),
-            None => Ok("without"),
-        }
-    };
-    assert_eq!(with_token(&tokens, authenticate, call).await, Ok("without"));
-    on.store(true, Ordering::SeqCst);
-    assert_eq!(
-        with_token(&tokens, authenticate, call).await,
-        Ok("with token")
-    );
 }
 
 #[tokio::test]
