@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # docker/test-cluster.sh: a weir fleet (docs/cluster.md) in containers, with a real
-# etcd and a real network partition.
+# etcd secured as docs/cluster.md#securing-etcd says, and a real network partition.
 #
 #   networks  data: the echo slots and the replicas' proxies
 #             ctrl: etcd and the replicas' control APIs (the owner drives the others)
-#   etcd      the host's /usr/bin/etcd in a FROM-scratch image (nothing is pulled)
-#   w0 w1 w2  weir replicas: cluster {replicas: 3, heartbeat: 1s → lease TTL 3s},
-#             three routes c0..c2 (hosts cN.test) on the slots app-v1 / app-v2,
+#   etcd      the host's /usr/bin/etcd in a FROM-scratch image (nothing is pulled),
+#             over TLS only, requiring client certificates (--client-cert-auth), with
+#             authentication on: user `weir` may read and write /weir/, nothing else
+#   certs     made by this script with openssl: a CA; etcd's certificate (for `etcd`
+#             and 127.0.0.1, usable as a client certificate too: etcd's JSON gateway
+#             dials etcd with it); weir's client certificate (no Common Name: with
+#             authentication on, etcd refuses a gateway request whose certificate has one)
+#   w0 w1 w2  weir replicas: cluster {etcd: https://etcd:2379, etcdTls (the CA, the
+#             client certificate), etcdAuth (weir), replicas: 3, heartbeat: 1s → lease
+#             TTL 3s}, three routes c0..c2 (hosts cN.test) on the slots app-v1 / app-v2,
 #             three canaries (interval 2s, steps 10..50, success rate ≥ 99%)
 #
-#   1. images: weir (docker/build.sh unless WEIR_SKIP_BUILD=1) and etcd
-#   2. fleet up: every canary owned by exactly one replica
+#   1. images: weir (docker/build.sh unless WEIR_SKIP_BUILD=1) and etcd; certificates
+#   2. etcd up: no answer without a client certificate, nothing without a user; the
+#      fleet up: every canary owned by exactly one replica
 #   3. a run of every canary, traffic through every replica's published port
 #   4. partition the replica owning the most canaries from `ctrl`
 #      (`docker network disconnect`): it reports not ready (no lease), owns nothing,
@@ -22,7 +30,7 @@
 #   7. tear-down (always, failed or not)
 #
 # Ports are published on 127.0.0.1 only (Docker picks them); names are unique per run.
-# Needs: docker, curl, python3, /usr/bin/etcd on the host (Debian: etcd-server).
+# Needs: docker, curl, openssl, python3, /usr/bin/etcd on the host (Debian: etcd-server).
 # Environment: WEIR_IMAGE (default weir:dev), WEIR_SKIP_BUILD=1 (use the image as
 # it is), ETCD_BIN (default: `command -v etcd`), KEEP_LOGS=DIR.
 set -euo pipefail
@@ -33,14 +41,15 @@ run_id="$$-$RANDOM"
 prefix="weirfleet-$run_id"
 etcd_image="weir-test-etcd:$run_id"
 token="fleet-test-token-$run_id-0123456789"
+etcd_password="etcd-weir-$run_id-$RANDOM$RANDOM"
 heartbeat_s=1
 ttl_s=3
 slack_s=20
 script_start=$SECONDS
 
 STEPS=(
-  "images: weir and etcd"
-  "fleet up: every canary owned exactly once"
+  "images: weir and etcd; certificates"
+  "etcd over TLS with client certificates and users; fleet up: every canary owned exactly once"
   "a run of every canary under traffic"
   "partition: the cut-off replica stops, keeps proxying; its canaries are re-owned"
   "the runs continue to promotion on the new owners"
@@ -225,6 +234,29 @@ for so in $(ldd "$etcd_bin" | awk '/=>/ {print $3} /^[ \t]*\/lib/ {print $1}'); 
 done
 docker build -q -t "$etcd_image" "$tmp/etcd" >/dev/null || fail "cannot build the etcd image"
 info "weir image $image, etcd image $etcd_image ($("$etcd_bin" --version | head -1))"
+
+# etcd's files in $tmp/pki (mounted into etcd), weir's in $tmp/config (mounted into the
+# replicas, which run as 65532: readable by all, the test's own throwaway keys).
+pki="$tmp/pki"
+mkdir -m 0755 "$pki" "$tmp/config"
+ec_key=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+# issue NAME SUBJECT EXTENSIONS: NAME.pem and NAME-key.pem in $pki, signed by the CA.
+issue() {
+  openssl req "${ec_key[@]}" -keyout "$pki/$1-key.pem" -out "$pki/$1.csr" -subj "$2" 2>/dev/null
+  openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca-key.pem" -CAcreateserial \
+    -days 2 -out "$pki/$1.pem" -extfile <(printf '%b' "$3") 2>/dev/null
+}
+openssl req -x509 "${ec_key[@]}" -keyout "$pki/ca-key.pem" -out "$pki/ca.pem" -days 2 \
+  -subj "/CN=weir fleet test CA" 2>/dev/null || fail "openssl cannot make the CA"
+issue etcd "/CN=etcd" 'subjectAltName=DNS:etcd,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' ||
+  fail "openssl cannot make etcd's certificate"
+issue weir "/O=weir fleet" 'extendedKeyUsage=clientAuth\n' || fail "openssl cannot make weir's client certificate"
+cp "$pki/ca.pem" "$tmp/config/etcd-ca.pem"
+cp "$pki/weir.pem" "$tmp/config/weir-etcd.pem"
+cp "$pki/weir-key.pem" "$tmp/config/weir-etcd-key.pem"
+printf '%s\n' "$etcd_password" >"$tmp/config/etcd-password"
+chmod 0644 "$pki"/* "$tmp/config"/*
+info "certificates: CA, etcd (DNS:etcd, IP:127.0.0.1), weir's client certificate (no CN)"
 ok
 
 # ---------------------------------------------------------------------------
@@ -237,11 +269,50 @@ docker network create "$data" >/dev/null && networks+=("$data")
 docker network create "$ctrl" >/dev/null && networks+=("$ctrl")
 
 docker run -d --name "$prefix-etcd" --network "$ctrl" --network-alias etcd --tmpfs /data \
+  -v "$pki:/pki:ro" -p 127.0.0.1::2379 \
   "$etcd_image" --name default --data-dir /data/etcd \
-  --listen-client-urls http://0.0.0.0:2379 --advertise-client-urls http://etcd:2379 \
+  --listen-client-urls https://0.0.0.0:2379 --advertise-client-urls https://etcd:2379 \
+  --cert-file /pki/etcd.pem --key-file /pki/etcd-key.pem \
+  --client-cert-auth --trusted-ca-file /pki/ca.pem \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster default=http://127.0.0.1:2380 >/dev/null
 containers+=("$prefix-etcd")
+etcd_port=$(docker port "$prefix-etcd" 2379/tcp | head -1 | sed 's/.*://')
+
+# etcd_call PATH JSON [CURL ARGS...]: one gateway call from the host with weir's client
+# certificate; prints the body, fails on an HTTP error or no answer.
+etcd_call() {
+  local path=$1 body=$2
+  shift 2
+  curl -sS --fail-with-body --max-time 5 --cacert "$pki/ca.pem" \
+    --cert "$pki/weir.pem" --key "$pki/weir-key.pem" "$@" \
+    -X POST -d "$body" "https://127.0.0.1:$etcd_port$path"
+}
+etcd_up() { etcd_call /v3/kv/range '{"key":"Lw=="}' >/dev/null 2>&1; }
+until_ok "$slack_s" "etcd answers over TLS" etcd_up
+# Authentication on: a root user, and `weir` whose role may read and write /weir/ only.
+b64() { printf '%s' "$1" | base64; }
+for call in \
+  "/v3/auth/user/add {\"name\":\"root\",\"password\":\"root-$etcd_password\"}" \
+  '/v3/auth/role/add {"name":"root"}' \
+  '/v3/auth/user/grant {"user":"root","role":"root"}' \
+  "/v3/auth/user/add {\"name\":\"weir\",\"password\":\"$etcd_password\"}" \
+  '/v3/auth/role/add {"name":"weir"}' \
+  "/v3/auth/role/grant {\"name\":\"weir\",\"perm\":{\"permType\":\"READWRITE\",\"key\":\"$(b64 /weir/)\",\"range_end\":\"$(b64 /weir0)\"}}" \
+  '/v3/auth/user/grant {"user":"weir","role":"weir"}' \
+  '/v3/auth/enable {}'; do
+  etcd_call "${call%% *}" "${call#* }" >/dev/null || fail "etcd ${call%% *} failed"
+done
+# What is shut out: a client without a certificate gets no TLS session, a request
+# without a user gets nothing.
+if curl -sS --max-time 5 --cacert "$pki/ca.pem" -X POST -d '{"key":"Lw=="}' \
+  "https://127.0.0.1:$etcd_port/v3/kv/range" >/dev/null 2>&1; then
+  fail "etcd answered a client without a certificate"
+fi
+anonymous=$(curl -sS --max-time 5 --cacert "$pki/ca.pem" --cert "$pki/weir.pem" --key "$pki/weir-key.pem" \
+  -X POST -d "{\"key\":\"$(b64 /weir/)\"}" "https://127.0.0.1:$etcd_port/v3/kv/range" 2>&1 || true)
+[[ $anonymous == *"user name is empty"* ]] || fail "etcd did not refuse a request without a user: $anonymous"
+info "etcd at https://127.0.0.1:$etcd_port: client certificates required, user weir on /weir/ only"
 
 for v in v1 v2; do
   docker run -d --name "$prefix-app-$v" --network "$data" --network-alias "app-$v" \
@@ -250,7 +321,6 @@ for v in v1 v2; do
   containers+=("$prefix-app-$v")
 done
 
-mkdir -m 0755 "$tmp/config"
 printf '%s\n' "$token" >"$tmp/config/token"
 # The replicas present their own token to each other (never the admin token), and
 # trust a member's apiUrl only inside the control network.
@@ -262,7 +332,9 @@ for r in "${replicas[@]}"; do
   {
     printf 'listeners:\n  - name: http\n    address: 0.0.0.0:8080\n'
     printf 'admin:\n  address: 0.0.0.0:9901\n  tokenFile: token\n'
-    printf 'cluster:\n  etcd: ["http://etcd:2379"]\n  prefix: /weir\n  replicas: 3\n  heartbeat: %ss\n  algorithm: round-robin\n  name: %s\n  apiUrl: http://%s:9901\n  peerTokenFile: peer-token\n  peerAllow: ["%s"]\n' "$heartbeat_s" "$r" "$r" "$ctrl_subnet"
+    printf 'cluster:\n  etcd: ["https://etcd:2379"]\n  prefix: /weir\n  replicas: 3\n  heartbeat: %ss\n  algorithm: round-robin\n  name: %s\n  apiUrl: http://%s:9901\n  peerTokenFile: peer-token\n  peerAllow: ["%s"]\n' "$heartbeat_s" "$r" "$r" "$ctrl_subnet"
+    printf '  etcdTls:\n    caFile: etcd-ca.pem\n    certFile: weir-etcd.pem\n    keyFile: weir-etcd-key.pem\n'
+    printf '  etcdAuth: { username: weir, passwordFile: etcd-password }\n'
     printf 'backends:\n  app-blue:\n    endpoints: ["app-v1:9001"]\n  app-green:\n    endpoints: ["app-v2:9001"]\n'
     printf 'routes:\n'
     for c in "${canaries[@]}"; do

@@ -278,8 +278,6 @@ pub fn explain(settings: &ClusterSettings, at: Option<usize>, err: &EtcdError) -
                 Some(user) => format!(
                     "cluster.etcdAuth: user {user:?} may not read and write under {prefix} ({message}): grant it a role with readwrite permission on the keys with prefix {prefix}"
                 ),
-                // With --client-cert-auth etcd takes the gateway's own certificate
-                // for the caller when no token comes: a user that is not there.
                 None => format!(
                     "cluster.etcdAuth: {at_endpoint} refused to let weir read under {prefix} without a user ({message}): set cluster.etcdAuth to a user whose role may read and write the prefix"
                 ),

@@ -218,10 +218,15 @@ impl EtcdClient {
         body: &Value,
         token: Option<&str>,
     ) -> Result<Request<Full<Bytes>>, EtcdError> {
+        // The gateway passes `Accept` on as metadata by which etcd tells a request
+        // that came through its gateway: only then does it ignore the Common Name of
+        // the certificate the gateway dials etcd with, instead of taking it for the
+        // caller's user name.
         let mut req = Request::builder()
             .method(Method::POST)
             .uri(format!("{base}{path}"))
-            .header(http::header::CONTENT_TYPE, "application/json");
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::ACCEPT, "application/json");
         if let Some(t) = token {
             req = req.header(http::header::AUTHORIZATION, t);
         }

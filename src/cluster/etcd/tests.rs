@@ -293,6 +293,25 @@ async fn auth_switched_off_sends_no_token_until_etcd_asks_for_a_user() {
     );
 }
 
+#[tokio::test]
+async fn a_permission_denied_with_a_token_is_not_a_token_problem() {
+    let tokens = Tokens::default();
+    let logins = AtomicU64::new(0);
+    let authenticate = || async {
+        logins.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, EtcdError>(Some("t".to_string()))
+    };
+    let denied = |_t: Option<Arc<str>>| async {
+        Err::<(), _>(EtcdError::Status {
+            http: 403,
+            code: 7,
+            message: "etcdserver: permission denied".into(),
+        })
+    };
+    assert!(with_token(&tokens, authenticate, denied).await.is_err());
+    assert_eq!(logins.load(Ordering::SeqCst), 1, "no second login");
+}
+
 #[test]
 fn which_answers_refuse_a_token() {
     assert!(token_refused(&refused()));
