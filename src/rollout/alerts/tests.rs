@@ -488,3 +488,107 @@ async fn delivered(a: &Alerter) -> bool {
     }
     false
 }
+
+/// Captures log lines written while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A receiver that quotes the webhook URL back in its error answer (as Slack-like
+/// services do) never shows the secret: not in the status the API and `weir ctl`
+/// read, not in the log. The address shows as `scheme://host/…`.
+#[tokio::test]
+async fn a_receiver_quoting_the_secret_url_back_shows_scheme_and_host_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let url = format!("http://{addr}/services/T0001/B0002/SECRET");
+    let quoted = url.clone();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let _ = s.read(&mut buf).await;
+        let body = format!(
+            "invalid_token for {quoted}: no hook at /services/T0001/B0002/SECRET (token SECRET)"
+        );
+        let head = format!(
+            "HTTP/1.1 403 Forbidden\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = s.write_all(head.as_bytes()).await;
+        let _ = s.write_all(body.as_bytes()).await;
+    });
+    let yaml = format!(
+        "backends:\n  a: {{ endpoints: [\"127.0.0.1:9001\"] }}\n  b: {{ endpoints: [\"127.0.0.1:9002\"] }}\nroutes:\n  - {{ name: app, primary: a, canary: b }}\nalertProviders:\n  team: {{ type: slack, address: \"{url}\", retries: 0 }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      stepWeight: 10\n      alerts: [{{ name: deploys, severity: info, providerRef: {{ name: team }} }}]\n"
+    );
+    let cfg = crate::config::parse_yaml(&yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    let log = Captured::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .with_env_filter("weir=debug")
+        .finish();
+    let _on = tracing::subscriber::set_default(sub);
+    let alerter = Alerter::start(
+        &cfg,
+        &crate::rollout::http::HttpClient::new(),
+        crate::clock::Clock::system(),
+    )
+    .unwrap()
+    .unwrap();
+    alerter.on_event(&RolloutEvent {
+        canary: "app".into(),
+        time_ms: 1_700_000_000_000,
+        phase: crate::rollout::Phase::Progressing,
+        reason: "Started".into(),
+        warning: false,
+        message: "New revision v2: analysis started".into(),
+        canary_weight: 0,
+        primary_weight: 100,
+        iterations: 0,
+        failed_checks: 0,
+        revision: Some("v2".into()),
+        checks: Vec::new(),
+    });
+    let mut status = None;
+    for _ in 0..500 {
+        if let Some(n) = alerter
+            .results("app")
+            .into_iter()
+            .find(|n| n.provider == "team")
+        {
+            status = Some(n);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = status.expect("a delivery result");
+    assert_eq!((n.ok, n.status), (false, Some(403)), "{n:?}");
+    assert!(
+        n.reason.starts_with(&format!(
+            "HTTP 403: invalid_token for http://{addr}/…: no hook at …"
+        )),
+        "{}",
+        n.reason
+    );
+    let api = serde_json::to_string(&alerter.results("app")).unwrap();
+    let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("notification failed"), "{logged}");
+    for shown in [&api, &logged] {
+        for secret in ["SECRET", "T0001", "/services/"] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+    }
+}
