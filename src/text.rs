@@ -169,10 +169,15 @@ pub mod chat {
 
     /// Slack and Rocket.Chat: `&`, `<` and `>` as `&amp;`, `&lt;` and `&gt;`
     /// (Slack's own rule: `<!channel>` and `<https://x|label>` then show as
-    /// typed), `@` inert.
+    /// typed), `@` inert, a Markdown link (Rocket.Chat's) broken.
     pub fn slack(s: &str) -> String {
         let mut out = String::with_capacity(s.len());
+        let mut prev = '\0';
         for c in s.chars() {
+            if c == '(' && prev == ']' {
+                out.push(ZWSP);
+            }
+            prev = c;
             match c {
                 '&' => out.push_str("&amp;"),
                 '<' => out.push_str("&lt;"),
@@ -207,10 +212,15 @@ pub mod chat {
     }
 
     /// Google Chat card text (a subset of HTML): `&`, `<`, `>` and `"` as
-    /// entities, `@` inert.
+    /// entities, `@` inert, a Markdown link broken.
     pub fn html(s: &str) -> String {
         let mut out = String::with_capacity(s.len());
+        let mut prev = '\0';
         for c in s.chars() {
+            if c == '(' && prev == ']' {
+                out.push(ZWSP);
+            }
+            prev = c;
             match c {
                 '&' => out.push_str("&amp;"),
                 '<' => out.push_str("&lt;"),

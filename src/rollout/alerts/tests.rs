@@ -592,3 +592,73 @@ async fn a_receiver_quoting_the_secret_url_back_shows_scheme_and_host_only() {
         }
     }
 }
+
+/// A revision and a hook answer written to get attention: mentions (`<!channel>`,
+/// `@everyone`, `<users/all>`) and disguised links. No chat payload carries them
+/// in a form its service acts on; Discord's also forbids every mention outright.
+#[test]
+fn revisions_and_answers_reach_no_chat_as_markup() {
+    let evil = "<!channel> @everyone <https://evil.example|Approve> <users/all> [Approve](https://evil.example) <@&123>";
+    let mut a = alert(Severity::Error, "RolledBack", &format!("hook said: {evil}"));
+    a.revision = Some(evil.into());
+    a.checks[0].reason = evil.into();
+    for kind in [
+        ProviderKind::Slack,
+        ProviderKind::Rocket,
+        ProviderKind::Discord,
+        ProviderKind::Msteams,
+        ProviderKind::Gchat,
+    ] {
+        let v = render(kind, "general", "weir", &a);
+        let mut texts = Vec::new();
+        collect_strings(&v, &mut texts);
+        for t in &texts {
+            for raw in [
+                "<!channel>",
+                "@everyone",
+                "<https://evil",
+                "<users/all>",
+                "](https",
+                "<@&",
+            ] {
+                assert!(!t.contains(raw), "{kind:?}: {raw:?} in {t:?}");
+            }
+        }
+        let all = texts.join("\n");
+        assert!(
+            all.contains("everyone"),
+            "{kind:?}: the text itself is kept: {all}"
+        );
+    }
+    let slack = render(ProviderKind::Slack, "general", "weir", &a);
+    assert!(
+        s(&slack, "/text")
+            .contains("&lt;!channel&gt; @\u{200b}everyone &lt;https://evil.example|Approve&gt;"),
+        "{}",
+        s(&slack, "/text")
+    );
+    let discord = render(ProviderKind::Discord, "general", "weir", &a);
+    assert_eq!(
+        discord["allowed_mentions"],
+        serde_json::json!({"parse": []})
+    );
+    // A message of pure entities is still cut to the limit, never mid-entity.
+    let mut long = alert(Severity::Warn, "CheckFailed", &"<&>".repeat(3000));
+    long.revision = None;
+    let slack = render(ProviderKind::Slack, "general", "weir", &long);
+    let text = s(&slack, "/attachments/0/text");
+    assert_eq!(text.chars().count(), CHAT_TEXT_MAX, "{text}");
+    assert!(text.ends_with(";…"), "{}", &text[text.len() - 20..]);
+    // The generic payload is data for a program: kept as it came.
+    let generic = render(ProviderKind::Generic, "general", "weir", &a);
+    assert_eq!(generic["revision"], evil);
+}
+
+fn collect_strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| collect_strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| collect_strings(x, out)),
+        _ => {}
+    }
+}
