@@ -197,6 +197,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             crate::providers::docker::client::connector(docker),
             crate::clock::Clock::system(),
             rand::random(),
+            Some(events.clone()),
             rx.clone(),
         ));
     }

@@ -356,6 +356,11 @@ pub struct RawBackend {
     /// `host:port` list; names are resolved at connect time.
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// `docker`: the Docker provider fills the list from the containers labelled
+    /// `weir.backend=<name>` (the file may then list none). Absent: the list is the
+    /// file's and the API's only; no container label touches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// `round-robin` (default) or `least-request` (power of two choices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<String>,

@@ -86,8 +86,8 @@ pub struct TableStore {
     events: broadcast::Sender<TableChanged>,
     /// The app's Prometheus registry; hands out per-route handles.
     metrics: Arc<Metrics>,
-    /// A provider fills endpoint lists: a backend may be empty, and a write
-    /// naming a backend with no endpoints keeps the list it has.
+    /// A provider fills endpoint lists: a backend that says `provider: docker` may
+    /// be empty, and a write giving such a backend no endpoints keeps the list it has.
     provided: AtomicBool,
     /// Endpoint revisions as the providers know them (from labels).
     revisions: super::providers::EndpointRevisions,
@@ -107,7 +107,7 @@ impl TableStore {
         if raw != spec.raw {
             // `spec` was validated by its caller (with the rules it needed).
             let rules = TableRules {
-                empty_backends: true,
+                docker_provider: true,
             };
             if let Ok(filled) = compile_table_with(&raw, rules) {
                 spec = filled;
@@ -151,9 +151,9 @@ impl TableStore {
     }
 
     /// Lets providers fill backends (`providers:` configured): from now on a
-    /// backend may have no endpoints, and a write that gives a backend none
-    /// (a reload of the file, `PUT /api/v1/table`) keeps the list it has,
-    /// so a reload never empties what a provider filled.
+    /// backend that says `provider: docker` may have no endpoints, and a write that
+    /// gives such a backend none (a reload of the file, `PUT /api/v1/table`) keeps
+    /// the list it has, so a reload never empties what a provider filled.
     pub fn enable_providers(&self) {
         self.provided.store(true, Ordering::Release);
     }
@@ -252,7 +252,7 @@ impl TableStore {
         let provided = self.provided.load(Ordering::Acquire);
         if provided {
             for (name, b) in raw.backends.iter_mut() {
-                if b.endpoints.is_empty() {
+                if b.endpoints.is_empty() && b.provider.is_some() {
                     if let Some(old) = cur.spec.raw.backends.get(name) {
                         b.endpoints = old.endpoints.clone();
                     }
@@ -260,7 +260,7 @@ impl TableStore {
             }
         }
         let rules = TableRules {
-            empty_backends: provided,
+            docker_provider: provided,
         };
         let spec = compile_table_with(&raw, rules).map_err(WriteError::Invalid)?;
         let snap = Arc::new(self.build(spec, cur.version + 1));

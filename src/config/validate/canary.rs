@@ -434,15 +434,15 @@ pub(super) fn validate_canaries(
         // exchanges them. With providers.docker, from the containers' labels.
         if let Some(r) = table.routes.iter().find(|r| r.name == c.route) {
             let needs = |why: &str, slot: &str, errs: &mut Errors| {
-                let has = table
-                    .backends
-                    .get(slot)
-                    .is_some_and(|b| b.revision_path.is_some() || rules.empty_backends);
+                let has = table.backends.get(slot).is_some_and(|b| {
+                    b.revision_path.is_some()
+                        || (rules.docker_provider && b.provider.as_deref() == Some("docker"))
+                });
                 if !has && table.backends.contains_key(slot) {
                     errs.push(
                         format!("{p}.{why}"),
                         format!(
-                            "backend {slot:?} of route {:?} needs a revisionPath",
+                            "backend {slot:?} of route {:?} needs a revisionPath (or `provider: docker`: the revision is then its containers' label)",
                             r.name
                         ),
                     );

@@ -143,9 +143,21 @@ pub fn validate_all(
         }
     }
     let rules = TableRules {
-        empty_backends: raw.providers.as_ref().is_some_and(|p| p.docker.is_some()),
+        docker_provider: raw.providers.as_ref().is_some_and(|p| p.docker.is_some()),
+        ..TableRules::default()
     };
     let table = compile_into(&table_raw, rules, &mut errs);
+    if rules.docker_provider
+        && !table_raw
+            .backends
+            .values()
+            .any(|b| b.provider.as_deref() == Some("docker"))
+    {
+        errs.warn(
+            "providers.docker",
+            "no backend says `provider: docker`: container labels fill nothing",
+        );
+    }
     let alert_providers = validate_alert_providers(&raw.alert_providers, base, &mut errs);
     let templates = validate_templates(&raw.metric_templates, &raw.canaries, base, &mut errs);
     let canaries = validate_canaries(
@@ -200,11 +212,12 @@ pub fn compile_table(raw: &RawTable) -> Result<TableSpec, Vec<ConfigError>> {
     compile_table_with(raw, TableRules::default())
 }
 
-/// What a table may hold beyond the strict rules of a file without providers.
+/// What a table may hold: the settings of the rest of the file it is checked under.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableRules {
-    /// A backend may have no endpoints: a provider (`providers.docker`) fills it.
-    pub empty_backends: bool,
+    /// `providers.docker` is configured: a backend may say `provider: docker` (and
+    /// then list no endpoints).
+    pub docker_provider: bool,
 }
 
 /// [`compile_table`] under `rules`.

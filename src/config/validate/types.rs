@@ -108,6 +108,9 @@ pub struct BackendSpec {
     pub name: String,
     /// `host:port` strings, in order.
     pub endpoints: Vec<String>,
+    /// `provider: docker`: the Docker provider fills the list from container labels;
+    /// false: no label may touch it.
+    pub from_docker: bool,
     pub load_balancer: LoadBalancer,
     pub health_check: Option<HealthSettings>,
     pub rolling_update: RollingSettings,
