@@ -116,6 +116,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     if cfg.providers.any() {
         store.enable_providers();
     }
+    store.set_max_table_regex_bytes(cfg.limits.max_table_regex_bytes);
     let shared = Arc::new(ProxyShared {
         store: store.clone(),
         client: build_client(&cfg.proxy),

@@ -16,7 +16,7 @@ use crate::config::{compile_table, compile_table_with, ConfigError, TableRules, 
 use crate::stats::RouteStats;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
@@ -91,6 +91,9 @@ pub struct TableStore {
     provided: AtomicBool,
     /// Endpoint revisions as the providers know them (from labels).
     revisions: super::providers::EndpointRevisions,
+    /// `limits.maxTableRegexBytes`: a write whose table's regexes compile to more
+    /// is refused.
+    max_table_regex_bytes: AtomicUsize,
 }
 
 impl TableStore {
@@ -108,6 +111,7 @@ impl TableStore {
             // `spec` was validated by its caller (with the rules it needed).
             let rules = TableRules {
                 docker_provider: true,
+                max_table_regex_bytes: usize::MAX,
             };
             if let Ok(filled) = compile_table_with(&raw, rules) {
                 spec = filled;
@@ -129,6 +133,7 @@ impl TableStore {
             metrics,
             provided: AtomicBool::new(false),
             revisions: Default::default(),
+            max_table_regex_bytes: AtomicUsize::new(crate::config::DEFAULT_MAX_TABLE_REGEX_BYTES),
         };
         let snap = store.build(spec, 1);
         store.current.store(Arc::new(snap));
@@ -156,6 +161,17 @@ impl TableStore {
     /// the list it has, so a reload never empties what a provider filled.
     pub fn enable_providers(&self) {
         self.provided.store(true, Ordering::Release);
+    }
+
+    /// Sets `limits.maxTableRegexBytes` for the writes from now on (the start, a
+    /// reload).
+    pub fn set_max_table_regex_bytes(&self, bytes: usize) {
+        self.max_table_regex_bytes.store(bytes, Ordering::Release);
+    }
+
+    /// `limits.maxTableRegexBytes` as the writes see it.
+    pub fn max_table_regex_bytes(&self) -> usize {
+        self.max_table_regex_bytes.load(Ordering::Acquire)
     }
 
     /// Endpoint revisions as the providers know them.
@@ -261,6 +277,7 @@ impl TableStore {
         }
         let rules = TableRules {
             docker_provider: provided,
+            max_table_regex_bytes: self.max_table_regex_bytes.load(Ordering::Acquire),
         };
         let spec = compile_table_with(&raw, rules).map_err(WriteError::Invalid)?;
         let snap = Arc::new(self.build(spec, cur.version + 1));

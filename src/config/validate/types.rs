@@ -218,6 +218,8 @@ pub struct Config {
     pub alert_providers: BTreeMap<String, super::alerts::AlertProvider>,
     /// `providers:` (endpoint lists from outside the file).
     pub providers: super::providers::ProvidersConfig,
+    /// `limits:` (what a table may cost).
+    pub limits: super::Limits,
     /// Values accepted but changed or worth a second look, each with its field path
     /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
     pub warnings: Vec<ConfigError>,

@@ -97,6 +97,7 @@ fn store() -> Arc<TableStore> {
         &raw,
         TableRules {
             docker_provider: true,
+            ..TableRules::default()
         },
     )
     .unwrap();
