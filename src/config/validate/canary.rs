@@ -393,7 +393,7 @@ pub(super) fn validate_canaries(
                     "a promote hook needs promotion: webhook",
                 );
             }
-            super::alerts::check_url(&format!("{wp}.url"), &w.url, errs);
+            super::alerts::check_secret_url(&format!("{wp}.url"), &w.url, errs);
             let ca_file =
                 super::alerts::check_ca_file(&format!("{wp}.caFile"), &w.ca_file, base, errs);
             let timeout = errs.duration(&format!("{wp}.timeout"), &w.timeout, DEFAULT_HOOK_TIMEOUT);
