@@ -833,3 +833,80 @@ async fn a_huge_container_list_is_read_no_further_than_the_cap() {
     app.shutdown().await;
     let _ = std::fs::remove_dir_all(sock.parent().unwrap());
 }
+
+/// The fake daemon behind TLS on 127.0.0.1:0 that requires a client certificate
+/// of `ca` (as `dockerd --tlsverify`); returns its port.
+async fn serve_tls(daemon: Arc<Daemon>, ca: &crate::proto_support::Ca) -> u16 {
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let key = weir::proxy::tls::parse_pair(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())
+        .expect("leaf pair");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        weir::proxy::tls::provider(),
+    )
+    .build()
+    .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(weir::proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, daemon) = (acceptor.clone(), daemon.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = service_fn(move |req: http::Request<Incoming>| {
+                    let daemon = daemon.clone();
+                    async move {
+                        let path = req
+                            .uri()
+                            .path_and_query()
+                            .map_or("/".to_string(), |p| p.to_string());
+                        Ok::<_, Infallible>(daemon.answer(&path))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// `tcp://` with TLS both ways (the daemon's CA, weir's client certificate): the
+/// containers become endpoints as over the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_over_tls_with_a_client_certificate_is_listed() {
+    let ca = crate::proto_support::Ca::new();
+    let dir = crate::proto_support::TempDir::new("docker-tls");
+    dir.write("ca.pem", &ca.pem());
+    let client = ca.leaf(&["weir"]);
+    dir.write("cert.pem", &client.cert_pem);
+    dir.write("key.pem", &client.key_pem);
+    let blue = echo("v1").await;
+    let daemon = Arc::new(Daemon::default());
+    daemon.put(container("blue", "app-blue", blue.addr.port(), "v1", None));
+    let port = serve_tls(daemon, &ca).await;
+    let yaml = format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\nbackends:\n  app-blue: {{ provider: docker }}\nroutes:\n  - {{ name: app, primary: app-blue }}\nproviders:\n  docker:\n    endpoint: tcp://127.0.0.1:{port}\n    tls: {{ caFile: ca.pem, certFile: cert.pem, keyFile: key.pem }}\n    debounce: 20ms\n",
+    );
+    let cfg = weir::config::parse_yaml(&yaml, "t.yaml", &dir.0).expect("config");
+    let app = weir::app::start(cfg).await.expect("start");
+    wait!("the listing over TLS", {
+        !serving(&app, "app-blue").await.is_empty()
+    });
+    assert_eq!(versions(&app, 3).await, vec!["200 v1"; 3]);
+    app.shutdown().await;
+}
