@@ -122,6 +122,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     if cfg.providers.any() {
         store.enable_providers();
     }
+    store.set_max_table_regex_bytes(cfg.limits.max_table_regex_bytes);
     let shared = Arc::new(ProxyShared {
         store: store.clone(),
         client: build_client(&cfg.proxy),
@@ -204,6 +205,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             crate::providers::docker::client::connector(docker),
             crate::clock::Clock::system(),
             rand::random(),
+            Some(events.clone()),
             rx.clone(),
         ));
     }

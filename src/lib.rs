@@ -14,6 +14,8 @@
 //! - [`routing`]: PURE route lookup, A/B matchers, weighted split, `decide()`.
 //! - [`affinity`]: PURE sticky canary/primary cookies and the rule that renews their values.
 //! - [`headers`]: PURE HTTP header facts shared by config and the proxy (the hop-by-hop table).
+//! - [`text`]: PURE untrusted text made safe where it is shown (a terminal, a chat message) and secret
+//!   addresses kept out of it (`scheme://host/…`); the one sanitiser every layer uses.
 //! - [`dataplane`]: data-plane runtime state: the table store (one `ArcSwap`) with its snapshot and
 //!   per-route handles, backends, endpoint state (`dataplane::endpoints`: PURE health, outlier and
 //!   rolling-update steps, each backend's `EndpointControl`), mirror counters, the Prometheus registry.
@@ -51,7 +53,7 @@
 //!
 //! # Layering
 //! A module imports only modules below it (`use crate::…`), bottom to top:
-//! 1. pure or leaf: `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`,
+//! 1. pure or leaf: `text` (below everything), `stats`, `affinity` (beside `stats`), `routing` (uses `affinity`), `headers`,
 //!    `clock`;
 //! 2. `config`, then `wire` (the API's documents; the table is config's raw schema);
 //! 3. `dataplane` (state the proxy reads and the control plane writes);
@@ -86,4 +88,5 @@ pub mod routing;
 pub mod sim;
 pub mod stats;
 pub mod table_api;
+pub mod text;
 pub mod wire;

@@ -3,6 +3,7 @@
 //! What it applies: the routing table (`backends` and `routes`), through the table
 //! store, exactly as `PUT /api/v1/table` does: validated as a whole, swapped
 //! atomically under a new version; endpoint-list changes then run as rolling updates.
+//! With it `limits.maxTableRegexBytes`, which every later table write is held to.
 //! The file is the truth for the table: a route added over the API and not in the
 //! file is gone after a reload.
 //!
@@ -95,7 +96,15 @@ pub fn reload(path: &Path, started: &Started, store: &TableStore) -> Result<Relo
             }
         }
     }
-    match store.replace(table, None, "reload") {
+    // The file's budget for the table's regexes applies from this write on (the
+    // file validated under it); a refused write leaves the running one.
+    let was_budget = store.max_table_regex_bytes();
+    store.set_max_table_regex_bytes(cfg.limits.max_table_regex_bytes);
+    let written = store.replace(table, None, "reload");
+    if written.is_err() {
+        store.set_max_table_regex_bytes(was_budget);
+    }
+    match written {
         Ok(snap) => Ok(Reloaded {
             version: snap.version,
             kept,

@@ -113,7 +113,7 @@ pub(super) fn ctl_main(
         None => None,
         Some(Ok(t)) => Some(t),
         Some(Err(e)) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::text::for_terminal_block(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -178,7 +178,7 @@ pub(super) fn ctl_main(
         return match rt.block_on(crate::ctl::canaries::run(&target, &c, &mut out)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", crate::text::for_terminal_block(&e.to_string()));
                 match e {
                     crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
                     _ => ExitCode::FAILURE,
@@ -238,7 +238,7 @@ pub(super) fn ctl_main(
     match rt.block_on(crate::ctl::run(&opts, &command, &mut out)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::text::for_terminal_block(&e.to_string()));
             match e {
                 crate::ctl::CtlError::Usage(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,

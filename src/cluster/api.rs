@@ -87,19 +87,9 @@ pub fn not_ready_reason(s: &ApiState) -> Option<String> {
     }
 }
 
-/// Text that came from etcd, safe for a terminal: control characters (an escape
-/// sequence in a forged member name) are shown escaped, never sent raw.
-fn clean(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
-}
+// Text that came from etcd, safe for a terminal: control characters (an escape
+// sequence in a forged member name) are shown escaped, never sent raw.
+use crate::text::for_terminal as clean;
 
 fn age(now_ms: u64, then_ms: u64) -> String {
     if then_ms == 0 {
@@ -303,7 +293,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            !text.contains('\u{1b}') && text.contains("evil\\u{1b}]52"),
+            !text.contains('\u{1b}') && text.contains("evil\\u001b]52"),
             "{text}"
         );
         assert_eq!(

@@ -46,9 +46,9 @@ pub use validate::{
     UpstreamTls,
 };
 pub use validate::{
-    compile_table_with, provider_notes, DockerEndpoint, DockerSettings, DockerTlsFiles,
-    ProvidersConfig, TableRules, DEFAULT_DOCKER_DEBOUNCE, DEFAULT_DOCKER_ENDPOINT,
-    DEFAULT_DOCKER_RESYNC, DEFAULT_DOCKER_TIMEOUT,
+    compile_table_with, fmt_bytes, provider_notes, DockerEndpoint, DockerSettings, DockerTlsFiles,
+    Limits, ProvidersConfig, TableRules, DEFAULT_DOCKER_DEBOUNCE, DEFAULT_DOCKER_ENDPOINT,
+    DEFAULT_DOCKER_RESYNC, DEFAULT_DOCKER_TIMEOUT, DEFAULT_MAX_TABLE_REGEX_BYTES,
 };
 pub use validate::{validate_json_path, MetricTemplate, WebMetric, DEFAULT_WEB_TIMEOUT};
 pub use validate::{

@@ -62,6 +62,19 @@ pub struct RawConfig {
     /// Sources of endpoint lists besides the file (`providers.docker`, DESIGN §16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub providers: Option<RawProviders>,
+    /// Bounds on what a configuration or an API write may cost the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RawLimits>,
+}
+
+/// `limits:`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawLimits {
+    /// Bytes the compiled regexes of one routing table may take together (default
+    /// 64 MiB); a table over it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_table_regex_bytes: Option<i64>,
 }
 
 /// One `alertProviders:` entry. Its `Debug` hides `address` (a chat webhook URL is a secret).
@@ -360,6 +373,11 @@ pub struct RawBackend {
     /// `host:port` list; names are resolved at connect time.
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// `docker`: the Docker provider fills the list from the containers labelled
+    /// `weir.backend=<name>` (the file may then list none). Absent: the list is the
+    /// file's and the API's only; no container label touches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     /// `round-robin` (default) or `least-request` (power of two choices).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<String>,

@@ -561,3 +561,81 @@ fn a_judge_compiles_with_defaults_and_its_baseline_and_bad_settings_name_their_f
     let bare = with_canary("      metrics: [{ name: request-duration }]\n");
     assert!(errors(&bare).to_string().contains("thresholdRange"));
 }
+
+/// A route whose one match item tests `n` headers against `\w{5}` (Unicode `\w`: a
+/// small pattern that compiles to about 280 KB).
+fn regex_heavy(n: usize, limits: &str) -> String {
+    let mut headers = String::new();
+    for i in 0..n {
+        headers.push_str(&format!("          x-h{i}: {{ regex: '\\w{{5}}' }}\n"));
+    }
+    format!("{GOOD}    match:\n      - headers:\n{headers}{limits}")
+}
+
+/// Regex amplification: a short file of many regexes that compile large. Their
+/// compiled size together is held to `limits.maxTableRegexBytes` (64 MiB by
+/// default); past it the table is refused at the regex that crossed it, naming the
+/// budget, and no further regex is compiled.
+#[test]
+fn the_regexes_of_a_table_are_held_to_one_budget() {
+    let e = errors(&regex_heavy(600, ""));
+    assert_eq!(e.errors.len(), 1, "{e}");
+    let err = &e.errors[0];
+    assert!(
+        err.path.starts_with("routes[0].match[0].headers.x-h") && err.path.ends_with(".regex"),
+        "{err:?}"
+    );
+    assert!(
+        err.reason.starts_with(
+            "the table's regexes compile to more than limits.maxTableRegexBytes (64 MiB) together: "
+        ),
+        "{err:?}"
+    );
+    // It stopped where the budget ran out, far before the 600th.
+    let before: usize = err
+        .reason
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((100..400).contains(&before), "{err:?}");
+
+    // The budget is the file's: a smaller one refuses sooner, a larger one accepts.
+    let e = errors(&regex_heavy(5, "limits:\n  maxTableRegexBytes: 1048576\n"));
+    assert!(
+        e.errors[0]
+            .reason
+            .contains("limits.maxTableRegexBytes (1 MiB)"),
+        "{e}"
+    );
+    let cfg = parse_yaml(
+        &regex_heavy(5, "limits:\n  maxTableRegexBytes: 8388608\n"),
+        "t.yaml",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_eq!(cfg.limits.max_table_regex_bytes, 8 << 20);
+    let e = errors(&format!("{GOOD}limits:\n  maxTableRegexBytes: 0\n"));
+    assert_eq!(e.errors[0].path, "limits.maxTableRegexBytes");
+
+    // An API write is held to the same budget.
+    let raw: raw::RawConfig = serde_saphyr::from_str(&regex_heavy(5, "")).unwrap();
+    let table = raw::RawTable {
+        backends: raw.backends,
+        routes: raw.routes,
+    };
+    let tight = TableRules {
+        max_table_regex_bytes: 1 << 20,
+        ..TableRules::default()
+    };
+    let e = compile_table_with(&table, tight).unwrap_err();
+    assert!(
+        e[0].reason.contains("limits.maxTableRegexBytes (1 MiB)"),
+        "{e:?}"
+    );
+    assert!(compile_table_with(&table, TableRules::default()).is_ok());
+}

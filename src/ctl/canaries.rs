@@ -14,6 +14,7 @@ use crate::ctl::{render_table, CtlError};
 use crate::rollout::api::{CanaryList, CommandAnswer};
 use crate::rollout::driver::{CanaryStatus, RolloutEvent};
 use crate::rollout::http::HttpClient;
+use crate::text::for_terminal as shown;
 
 /// One canary command of `weir ctl`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,8 +117,9 @@ pub(crate) fn wire_name<T: serde::Serialize>(v: &T) -> String {
     }
 }
 
-fn or_dash(v: &Option<String>) -> &str {
-    v.as_deref().unwrap_or("-")
+/// The value, or `-`; as a terminal may show it (it may come from a backend).
+fn or_dash(v: &Option<String>) -> String {
+    shown(v.as_deref().unwrap_or("-"))
 }
 
 fn value(v: Option<f64>) -> String {
@@ -141,8 +143,8 @@ pub fn canaries_table(list: &[CanaryStatus]) -> String {
                 "-".to_string()
             };
             vec![
-                c.name.clone(),
-                c.route.clone(),
+                shown(&c.name),
+                shown(&c.route),
                 format!(
                     "{}{}",
                     wire_name(&c.phase),
@@ -151,9 +153,9 @@ pub fn canaries_table(list: &[CanaryStatus]) -> String {
                 format!("{}%", c.canary_weight),
                 iterations,
                 format!("{}/{}", c.failed_checks, c.threshold),
-                or_dash(&c.revision).to_string(),
-                or_dash(&c.primary_backend).to_string(),
-                or_dash(&c.canary_backend).to_string(),
+                or_dash(&c.revision),
+                or_dash(&c.primary_backend),
+                or_dash(&c.canary_backend),
             ]
         })
         .collect();
@@ -189,14 +191,14 @@ pub fn event_line(e: &RolloutEvent) -> String {
     let clock = clock_time(e.time_ms);
     let mut line = format!(
         "{clock} {} {:<16} canary {:>3}% primary {:>3}%  failed {}  {}{}: {}",
-        e.canary,
+        shown(&e.canary),
         wire_name(&e.phase),
         e.canary_weight,
         e.primary_weight,
         e.failed_checks,
         if e.warning { "WARNING " } else { "" },
-        e.reason,
-        e.message
+        shown(&e.reason),
+        shown(&e.message)
     );
     let parts: Vec<String> = e
         .checks
@@ -204,7 +206,7 @@ pub fn event_line(e: &RolloutEvent) -> String {
         .map(|c| {
             format!(
                 "{}={}{}",
-                c.name,
+                shown(&c.name),
                 value(c.value),
                 match (c.passed, c.dry_run) {
                     (true, _) => "",
@@ -254,17 +256,13 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
         c.data_planes.join(", ")
     ));
     if let Some(e) = &c.data_plane_error {
-        out.push_str(&format!("data plane problem: {e}\n"));
+        out.push_str(&format!("data plane problem: {}\n", shown(e)));
     }
     if !c.waiting_for_replicas.is_empty() {
         out.push_str(&format!(
             "WAITING FOR REPLICAS {}{}: no step until they answer; do not redeploy a slot meanwhile\n",
             // Member names come from etcd: no control character reaches the terminal.
-            c.waiting_for_replicas
-                .join(", ")
-                .chars()
-                .filter(|ch| !ch.is_control())
-                .collect::<String>(),
+            shown(&c.waiting_for_replicas.join(", ")),
             c.waiting_since_ms
                 .map(|t| format!(" since {}", clock_time(t)))
                 .unwrap_or_default()
@@ -283,9 +281,9 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
         };
         out.push_str(&format!(
             "check {}: {} ({}) {verdict}\n",
-            m.name,
+            shown(&m.name),
             value(m.value),
-            m.reason,
+            shown(&m.reason),
         ));
         if let Some(j) = &m.judgement {
             out.push_str(&judgement_table(j));
@@ -294,13 +292,13 @@ pub fn canary_detail(c: &CanaryStatus) -> String {
     for n in &c.notifications {
         out.push_str(&format!(
             "notification {} ({}, alert {}): {} {} at {}: {} after {} attempt(s)\n",
-            n.provider,
-            n.kind,
-            n.alert,
-            n.event,
+            shown(&n.provider),
+            shown(&n.kind),
+            shown(&n.alert),
+            shown(&n.event),
             if n.ok { "ok" } else { "FAILED" },
             clock_time(n.time_ms),
-            n.reason,
+            shown(&n.reason),
             n.attempts
         ));
     }
@@ -319,6 +317,7 @@ pub async fn run(
     cmd: &CanaryCommand,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CtlError> {
+    let out = &mut crate::ctl::Terminal::new(out, false);
     let path = |name: &str| {
         format!(
             "/api/v1/canaries/{}",
@@ -371,10 +370,11 @@ pub async fn run(
         let answer: CommandAnswer = parse(v, "command answer")?;
         writeln!(
             out,
-            "{name}: {verb} done: {} at canary weight {}% — {}",
+            "{}: {verb} done: {} at canary weight {}% — {}",
+            shown(name),
             wire_name(&answer.status.phase),
             answer.status.canary_weight,
-            answer.message
+            shown(&answer.message)
         )?;
         // The state after the command, as `weir ctl canaries` shows it.
         write!(
@@ -442,7 +442,7 @@ mod tests {
         waiting.waiting_since_ms = Some(3_723_000);
         let detail = canary_detail(&waiting);
         assert!(
-            detail.contains("WAITING FOR REPLICAS r2[2J since 01:02:03"),
+            detail.contains("WAITING FOR REPLICAS r2\\u001b[2J since 01:02:03"),
             "{detail}"
         );
         let mut failed = c.clone();
@@ -552,5 +552,93 @@ mod tests {
         v.as_object_mut().unwrap().remove("phase");
         let err = serde_json::from_value::<CanaryStatus>(v).unwrap_err();
         assert!(err.to_string().contains("phase"), "{err}");
+    }
+
+    /// What a backend or a receiver said reaches the terminal with no control
+    /// character: a hook's answer with a clipboard write (`ESC ] 52`) and a screen
+    /// clear (`ESC [2J`), a revision with a newline, through `canaries` and its
+    /// detail view, and through the writer every command prints with.
+    #[test]
+    fn answers_and_revisions_reach_the_terminal_escaped() {
+        let evil = "HTTP 500: \u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2Jpwned\r\nfake line";
+        let mut c: CanaryStatus = serde_json::from_value(serde_json::json!({
+            "name": "app", "route": "app", "phase": "Progressing", "paused": false,
+            "canaryWeight": 40, "iterations": 0, "iterationsTotal": 0, "failedChecks": 1,
+            "threshold": 5, "revision": "v2\nFAKE", "primaryBackend": "app-blue",
+            "canaryBackend": "app-green", "strategy": "canary", "promotion": "swap",
+            "dataPlanes": ["in-process"],
+            "primaryWeight": 60, "matchActive": false, "mirror": false,
+            "promotedRevision": null, "pendingRevision": null, "message": evil,
+            "lastTransitionMs": 3723000, "pendingWrites": 0, "dataPlaneError": null,
+            "lastChecks": {"metrics": [{"name": "load", "value": null, "passed": false, "reason": evil}]},
+            "events": []
+        }))
+        .unwrap();
+        c.events = vec![RolloutEvent {
+            canary: "app".into(),
+            time_ms: 3_723_000,
+            phase: crate::rollout::Phase::Progressing,
+            reason: "CheckFailed".into(),
+            warning: true,
+            message: format!("rollout webhook load failed ({evil})"),
+            canary_weight: 40,
+            primary_weight: 60,
+            iterations: 0,
+            failed_checks: 1,
+            revision: Some("v2\nFAKE".into()),
+            checks: Vec::new(),
+        }];
+        c.notifications = vec![crate::rollout::alerts::NotificationStatus {
+            provider: "p".into(),
+            kind: "slack".into(),
+            alert: "a".into(),
+            event: "CheckFailed".into(),
+            time_ms: 0,
+            ok: false,
+            status: Some(500),
+            reason: evil.into(),
+            attempts: 1,
+        }];
+        for text in [canaries_table(std::slice::from_ref(&c)), canary_detail(&c)] {
+            assert!(
+                !text.chars().any(|ch| ch.is_control() && ch != '\n'),
+                "{text:?}"
+            );
+            assert!(
+                !text.contains("\nfake line") && !text.contains("\nFAKE"),
+                "{text}"
+            );
+        }
+        assert!(
+            canary_detail(&c).contains("\\u001b]52;c;"),
+            "{}",
+            canary_detail(&c)
+        );
+        // Whatever a view forgets, the writer shows escaped; JSON stays JSON.
+        let mut buf: Vec<u8> = Vec::new();
+        {
+            let mut t = crate::ctl::Terminal::new(&mut buf, false);
+            write!(t, "{evil}\n\"x\u{9b}y\"").unwrap();
+        }
+        let got = String::from_utf8(buf).unwrap();
+        assert!(
+            !got.chars().any(|ch| ch.is_control() && ch != '\n'),
+            "{got:?}"
+        );
+        let json_line = got.lines().nth(2).unwrap();
+        assert_eq!(
+            serde_json::from_str::<String>(json_line).unwrap(),
+            "x\u{9b}y"
+        );
+        // Only a redrawing watch sends its own clear, where a screen starts.
+        let mut buf: Vec<u8> = Vec::new();
+        {
+            let mut t = crate::ctl::Terminal::new(&mut buf, true);
+            writeln!(t, "{}screen", crate::ctl::CLEAR_SCREEN).unwrap();
+            write!(t, "x: ").unwrap();
+            write!(t, "{}", crate::ctl::CLEAR_SCREEN).unwrap();
+        }
+        let got = String::from_utf8(buf).unwrap();
+        assert_eq!(got, "\u{1b}[H\u{1b}[2Jscreen\nx: \\u001b[H\\u001b[2J");
     }
 }

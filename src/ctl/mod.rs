@@ -11,6 +11,12 @@
 //! `--count` ticks. The canary commands (`weir ctl canaries ...`: list,
 //! start/promote/abort/pause/resume and `watch`, the rollout live) are in
 //! [`canaries`].
+//!
+//! Nothing the API says reaches the terminal raw: every command writes through
+//! [`Terminal`], which shows each control character escaped (`\u001b`), so a
+//! revision, a hook's answer or a member name cannot drive the terminal (an
+//! `ESC ] 52` clipboard write, an `ESC [2J`). The one sequence weir itself sends is
+//! the redraw of `watch` ([`CLEAR_SCREEN`]).
 
 pub mod canaries;
 mod client;
@@ -36,6 +42,56 @@ use serde_json::Value;
 use std::fmt;
 use std::io::Write;
 use std::time::{Duration, SystemTime};
+
+/// Home and clear: the start of every screen `watch` redraws in place.
+pub const CLEAR_SCREEN: &str = "\x1b[H\x1b[2J";
+
+/// The writer every command prints through: text passes with its newlines, any other
+/// control character is shown escaped ([`crate::text::for_terminal_block`]). With
+/// `redraw`, [`CLEAR_SCREEN`] passes where a screen starts: at the start of a write
+/// that begins a line.
+pub struct Terminal<'a> {
+    /// Where the text goes (stdout, or a buffer in tests).
+    inner: &'a mut (dyn Write + Send),
+    /// Whether [`CLEAR_SCREEN`] may pass (a redrawing `watch` on a terminal).
+    redraw: bool,
+    /// The last byte written ended a line (or nothing was written yet).
+    at_line_start: bool,
+}
+
+impl<'a> Terminal<'a> {
+    /// A terminal writer over `inner`; `redraw`: the command redraws screens in place.
+    pub fn new(inner: &'a mut (dyn Write + Send), redraw: bool) -> Self {
+        Terminal {
+            inner,
+            redraw,
+            at_line_start: true,
+        }
+    }
+}
+
+impl Write for Terminal<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let clear = CLEAR_SCREEN.as_bytes();
+        let rest = if self.redraw && self.at_line_start && buf.starts_with(clear) {
+            self.inner.write_all(clear)?;
+            &buf[clear.len()..]
+        } else {
+            buf
+        };
+        let text = crate::text::for_terminal_block(&String::from_utf8_lossy(rest));
+        self.inner.write_all(text.as_bytes())?;
+        self.at_line_start = buf.ends_with(b"\n");
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
 
 /// How to reach the API and how to print.
 #[derive(Debug, Clone)]
@@ -156,6 +212,7 @@ pub async fn run(
     cmd: &CtlCommand,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CtlError> {
+    let out = &mut Terminal::new(out, opts.redraw && !opts.json);
     let api = ApiClient::new(&opts.api, opts.token.clone())?;
     match cmd {
         CtlCommand::Status => status(&api, opts, out).await,

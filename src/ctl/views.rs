@@ -85,7 +85,7 @@ pub(super) async fn status(
 
 /// The fleet part of `weir ctl status`: one line per member.
 pub(super) fn fleet_lines(c: &crate::wire::cluster::ClusterStatus) -> String {
-    let clean = |s: &str| s.chars().filter(|ch| !ch.is_control()).collect::<String>();
+    let clean = crate::text::for_terminal;
     let rows: Vec<Vec<String>> = c
         .members
         .iter()

@@ -7,7 +7,10 @@ pub(super) fn watch_lines(v: &Stats, now: &str) -> String {
     let mut s = String::new();
     for r in &v.routes {
         let weight = r.canary_weight.map_or("-".into(), |w| w.to_string());
-        s.push_str(&format!("{now} route={} weight={weight}", r.route));
+        s.push_str(&format!(
+            "{now} route={} weight={weight}",
+            crate::text::for_terminal(&r.route)
+        ));
         for (role, g) in shown_roles(r) {
             s.push_str(&format!(
                 " {role}: rps={:.1} success={} p99={}",
@@ -47,7 +50,7 @@ pub(super) fn watch_screen(api: &str, v: &Stats, now: &str, interval: Duration) 
     }
     let window = v.routes.first().map_or(0, |r| r.window_secs);
     format!(
-        "\x1b[H\x1b[2Jweir watch  {api}  {now}  (window {window}s, every {:?}; Ctrl-C to stop)\n\n{}",
+        "{CLEAR_SCREEN}weir watch  {api}  {now}  (window {window}s, every {:?}; Ctrl-C to stop)\n\n{}",
         interval,
         render_table(
             &["ROUTE", "WEIGHT", "ROLE", "RPS", "SUCCESS", "P99"],
@@ -104,7 +107,7 @@ pub(super) async fn watch(
             ) => return Err(e),
             Err(e) => {
                 if opts.redraw {
-                    writeln!(out, "\x1b[H\x1b[2J{now}  error: {e}")?;
+                    writeln!(out, "{CLEAR_SCREEN}{now}  error: {e}")?;
                 } else {
                     writeln!(out, "{now} error: {e}")?;
                 }

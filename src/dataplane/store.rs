@@ -16,7 +16,7 @@ use crate::config::{compile_table, compile_table_with, ConfigError, TableRules, 
 use crate::stats::RouteStats;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
@@ -86,11 +86,14 @@ pub struct TableStore {
     events: broadcast::Sender<TableChanged>,
     /// The app's Prometheus registry; hands out per-route handles.
     metrics: Arc<Metrics>,
-    /// A provider fills endpoint lists: a backend may be empty, and a write
-    /// naming a backend with no endpoints keeps the list it has.
+    /// A provider fills endpoint lists: a backend that says `provider: docker` may
+    /// be empty, and a write giving such a backend no endpoints keeps the list it has.
     provided: AtomicBool,
     /// Endpoint revisions as the providers know them (from labels).
     revisions: super::providers::EndpointRevisions,
+    /// `limits.maxTableRegexBytes`: a write whose table's regexes compile to more
+    /// is refused.
+    max_table_regex_bytes: AtomicUsize,
 }
 
 impl TableStore {
@@ -107,7 +110,8 @@ impl TableStore {
         if raw != spec.raw {
             // `spec` was validated by its caller (with the rules it needed).
             let rules = TableRules {
-                empty_backends: true,
+                docker_provider: true,
+                max_table_regex_bytes: usize::MAX,
             };
             if let Ok(filled) = compile_table_with(&raw, rules) {
                 spec = filled;
@@ -129,6 +133,7 @@ impl TableStore {
             metrics,
             provided: AtomicBool::new(false),
             revisions: Default::default(),
+            max_table_regex_bytes: AtomicUsize::new(crate::config::DEFAULT_MAX_TABLE_REGEX_BYTES),
         };
         let snap = store.build(spec, 1);
         store.current.store(Arc::new(snap));
@@ -151,11 +156,22 @@ impl TableStore {
     }
 
     /// Lets providers fill backends (`providers:` configured): from now on a
-    /// backend may have no endpoints, and a write that gives a backend none
-    /// (a reload of the file, `PUT /api/v1/table`) keeps the list it has,
-    /// so a reload never empties what a provider filled.
+    /// backend that says `provider: docker` may have no endpoints, and a write that
+    /// gives such a backend none (a reload of the file, `PUT /api/v1/table`) keeps
+    /// the list it has, so a reload never empties what a provider filled.
     pub fn enable_providers(&self) {
         self.provided.store(true, Ordering::Release);
+    }
+
+    /// Sets `limits.maxTableRegexBytes` for the writes from now on (the start, a
+    /// reload).
+    pub fn set_max_table_regex_bytes(&self, bytes: usize) {
+        self.max_table_regex_bytes.store(bytes, Ordering::Release);
+    }
+
+    /// `limits.maxTableRegexBytes` as the writes see it.
+    pub fn max_table_regex_bytes(&self) -> usize {
+        self.max_table_regex_bytes.load(Ordering::Acquire)
     }
 
     /// Endpoint revisions as the providers know them.
@@ -252,7 +268,7 @@ impl TableStore {
         let provided = self.provided.load(Ordering::Acquire);
         if provided {
             for (name, b) in raw.backends.iter_mut() {
-                if b.endpoints.is_empty() {
+                if b.endpoints.is_empty() && b.provider.is_some() {
                     if let Some(old) = cur.spec.raw.backends.get(name) {
                         b.endpoints = old.endpoints.clone();
                     }
@@ -260,7 +276,8 @@ impl TableStore {
             }
         }
         let rules = TableRules {
-            empty_backends: provided,
+            docker_provider: provided,
+            max_table_regex_bytes: self.max_table_regex_bytes.load(Ordering::Acquire),
         };
         let spec = compile_table_with(&raw, rules).map_err(WriteError::Invalid)?;
         let snap = Arc::new(self.build(spec, cur.version + 1));

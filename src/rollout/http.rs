@@ -11,6 +11,9 @@
 //! (`webpki-roots`), or, for a target configured with a `caFile`, only the certificates of
 //! that file ([`HttpClient::trusting`]). Any other scheme is refused before a connection is
 //! made.
+//!
+//! A URL may hold a secret (a chat webhook's token is its path): the client's own
+//! messages name a URL as `scheme://host/…` only ([`crate::text::redact_url`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,6 +33,7 @@ use tower_service::Service;
 use crate::config::{UpstreamProtocol, UpstreamTls};
 use crate::proxy::body::BoxError;
 use crate::proxy::client::{Connector as Dial, UpstreamStream};
+use crate::text::redact_url;
 
 /// Largest answer body read (webhook answers, Prometheus results, API documents).
 pub const MAX_BODY: usize = 4 << 20;
@@ -152,9 +156,12 @@ impl HttpClient {
     ) -> Result<HttpResponse, String> {
         let uri: http::Uri = url
             .parse()
-            .map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+            .map_err(|e| format!("invalid URL {}: {e}", redact_url(url)))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
-            return Err(format!("expected an http:// or https:// URL (got {url:?})"));
+            return Err(format!(
+                "expected an http:// or https:// URL (got {})",
+                redact_url(url)
+            ));
         }
         let mut b = Request::builder().method(method).uri(uri);
         let has_body = body.is_some();
@@ -166,7 +173,7 @@ impl HttpClient {
         }
         let req = b
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
-            .map_err(|e| format!("cannot build request to {url}: {e}"))?;
+            .map_err(|e| format!("cannot build request to {}: {e}", redact_url(url)))?;
         let exchange = async {
             let resp = self.inner.request(req).await.map_err(|e| error_chain(&e))?;
             let (parts, body) = resp.into_parts();
@@ -302,5 +309,22 @@ mod tests {
         assert!(err.contains(&missing.display().to_string()), "{err}");
         assert!(client.shared.by_ca.lock().unwrap().is_empty());
         assert!(client.trusting(None).is_ok());
+    }
+
+    /// The client's own errors never carry a URL's path or query (a webhook's token).
+    #[tokio::test]
+    async fn errors_name_a_url_by_scheme_and_host_only() {
+        let c = HttpClient::new();
+        for url in [
+            "ftp://hooks.example/services/T0001/B0002/SECRET",
+            "https://hooks.example/services/T0001/B0002/SECRET\u{7f}",
+            "http://127.0.0.1:1/services/T0001/B0002/SECRET",
+        ] {
+            let err = c
+                .get(url, &[], Duration::from_secs(2))
+                .await
+                .expect_err("cannot succeed");
+            assert!(!err.contains("SECRET") && !err.contains("T0001"), "{err}");
+        }
     }
 }

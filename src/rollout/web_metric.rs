@@ -81,15 +81,19 @@ async fn fetch(
 ) -> Result<f64, String> {
     let url = crate::config::template::render(&web.url, vars)?;
     let headers = templates::provider_headers(source, vars)?;
+    // The URL may carry a token; an error or an answer quoting it shows `scheme://host/…`.
     let r = client
         .get(&url, &headers, web.timeout)
         .await
-        .map_err(|e| format!("web provider unreachable: {e}"))?;
+        .map_err(|e| crate::text::scrub_url(&format!("web provider unreachable: {e}"), &url))?;
     if !(200..300).contains(&r.status) {
-        return Err(format!(
-            "web provider answered HTTP {}: {}",
-            r.status,
-            r.snippet(200)
+        return Err(crate::text::scrub_url(
+            &format!(
+                "web provider answered HTTP {}: {}",
+                r.status,
+                r.snippet(200)
+            ),
+            &url,
         ));
     }
     pick_value(&r.body, &web.json_path)

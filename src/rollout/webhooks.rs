@@ -6,7 +6,8 @@
 //! at most 202 passes (Flagger's rule: 203 and 204 do not); anything else, a transport
 //! error or the timeout (default 10 s) fails. A failed call is retried `retries` times
 //! when retrying can help (transport errors, 429 and 5xx; never a 4xx "no" of a gate),
-//! with a short backoff.
+//! with a short backoff. A hook's URL may hold a secret: an answer or an error that
+//! quotes it shows it as `scheme://host/…` ([`crate::text::scrub_url`]).
 //!
 //! The driver awaits gating and analysis hooks inside the canary's own task (never on the
 //! proxy's request path), and hands `event` and `post-rollout` hooks to a
@@ -125,6 +126,11 @@ pub async fn call(
                 },
                 None,
             ),
+        };
+        // A hook's URL may hold a secret, and its answer may quote it.
+        let outcome = HookOutcome {
+            reason: crate::text::scrub_url(&outcome.reason, &hook.url),
+            ..outcome
         };
         if outcome.passed || attempt >= retries || !retryable(status) {
             if attempt > 0 {
@@ -248,5 +254,57 @@ mod tests {
         assert!(retryable(Some(429)));
         assert!(!retryable(Some(403)));
         assert!(!retryable(Some(404)));
+    }
+
+    /// A receiver that quotes the hook's URL back (an error page naming the request)
+    /// shows it as `scheme://host/…`: neither the path nor its secret part reaches
+    /// the outcome (and so no event, status or log line).
+    #[tokio::test]
+    async fn an_answer_quoting_the_url_shows_scheme_and_host_only() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let url = format!("http://{addr}/hooks/T0001/B0002/SECRETHOOK");
+        let quoted = url.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 8192];
+            let _ = s.read(&mut buf).await;
+            let body = format!("no such hook {quoted} (POST /hooks/T0001/B0002/SECRETHOOK)");
+            let head = format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(body.as_bytes()).await;
+        });
+        let hook = WebhookSpec {
+            name: "gate".into(),
+            kind: HookKind::PreRollout,
+            url,
+            timeout_ms: 5000,
+            metadata: BTreeMap::new(),
+        };
+        let payload = HookPayload {
+            name: "app".into(),
+            namespace: namespace(),
+            phase: Phase::Progressing,
+            checksum: "abc".into(),
+            metadata: BTreeMap::new(),
+            canary_weight: 0,
+            iteration: 0,
+            failed_checks: 0,
+            revision: None,
+        };
+        let out = call(&HttpClient::new(), &hook, 0, &payload).await;
+        assert!(!out.passed);
+        assert!(!out.reason.contains("SECRETHOOK"), "{}", out.reason);
+        assert!(!out.reason.contains("T0001"), "{}", out.reason);
+        assert!(
+            out.reason
+                .contains(&format!("HTTP 404: no such hook http://{addr}/… (POST …)")),
+            "{}",
+            out.reason
+        );
     }
 }

@@ -14,8 +14,11 @@
 //! The analysis is conservative: anything it does not understand requires
 //! nothing. The differential tests in `routing/prefilter_tests.rs` hold it to that.
 
-use regex::bytes::Regex;
+use regex_automata::meta;
+use regex_automata::util::syntax;
+use regex_automata::MatchKind;
 use regex_syntax::hir::{Class, Hir, HirKind};
+use std::sync::Arc;
 
 /// Literals shorter than this are too common to be worth a scan.
 const MIN_NEEDLE: usize = 3;
@@ -25,7 +28,11 @@ const MAX_NEEDLES: usize = 2;
 /// A compiled `regex` matcher and the literals any match must contain.
 #[derive(Debug, Clone)]
 pub struct RegexMatcher {
-    regex: Regex,
+    /// What `regex::bytes::Regex` is made of (built as its builder builds it), used
+    /// directly for its [`meta::Regex::memory_usage`].
+    regex: meta::Regex,
+    /// The pattern as written.
+    pattern: Arc<str>,
     required: Vec<Needle>,
 }
 
@@ -80,10 +87,23 @@ impl RegexMatcher {
     /// program and its DFA.
     pub fn compile(pattern: &str, size_limit: usize) -> Result<Self, regex::Error> {
         let hir = regex_syntax::parse(pattern).map_err(|e| regex::Error::Syntax(e.to_string()))?;
-        let regex = regex::bytes::RegexBuilder::new(pattern)
-            .size_limit(size_limit)
-            .dfa_size_limit(size_limit)
-            .build()?;
+        // Exactly `regex::bytes::RegexBuilder::new(pattern).size_limit(l)
+        // .dfa_size_limit(l).build()`, its errors mapped as it maps them.
+        let regex = meta::Builder::new()
+            .configure(
+                meta::Config::new()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .utf8_empty(false)
+                    .nfa_size_limit(Some(size_limit))
+                    .hybrid_cache_capacity(size_limit),
+            )
+            .syntax(syntax::Config::new().utf8(false))
+            .build(pattern)
+            .map_err(|e| match (e.size_limit(), e.syntax_error()) {
+                (Some(limit), _) => regex::Error::CompiledTooBig(limit),
+                (None, Some(s)) => regex::Error::Syntax(s.to_string()),
+                (None, None) => regex::Error::Syntax(e.to_string()),
+            })?;
         let mut units = Vec::new();
         required_literals(&hir, &mut units);
         units.retain(|u| u.bytes.len() >= MIN_NEEDLE);
@@ -100,12 +120,24 @@ impl RegexMatcher {
                 caseless: u.caseless,
             })
             .collect();
-        Ok(RegexMatcher { regex, required })
+        Ok(RegexMatcher {
+            regex,
+            pattern: Arc::from(pattern),
+            required,
+        })
     }
 
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
-        self.regex.as_str()
+        &self.pattern
+    }
+
+    /// Heap bytes of the compiled regex (its automata, prefilter and literals; not
+    /// the per-thread search caches, which grow with use up to the DFA limit).
+    pub fn memory_usage(&self) -> usize {
+        self.regex.memory_usage()
+            + self.pattern.len()
+            + self.required.iter().map(|n| n.bytes.len()).sum::<usize>()
     }
 
     /// Exactly `Regex::is_match`, usually without running the regex.

@@ -36,6 +36,32 @@ pub struct ProviderStatus {
     pub backends: BTreeMap<String, ProvidedBackend>,
     /// Every labelled container seen at the last listing, ready or not.
     pub containers: Vec<ContainerStatus>,
+    /// What the provider reported lately, oldest first (at most
+    /// [`RECENT_EVENTS`]): `ProviderLabelIgnored`, a container labelled for a
+    /// backend that does not say `provider: docker`, once per container and backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_events: Vec<ProviderEvent>,
+}
+
+/// Events a provider keeps in its status document.
+pub const RECENT_EVENTS: usize = 100;
+
+/// Something a provider reports (also on `GET /api/v1/events`, kind `providers`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderEvent {
+    /// `ProviderLabelIgnored`.
+    pub reason: String,
+    /// When (ms since the Unix epoch).
+    pub time_ms: u64,
+    /// The container ID (12 characters).
+    pub container: String,
+    /// Its name.
+    pub name: String,
+    /// The backend its label names.
+    pub backend: String,
+    /// What happened, in a sentence.
+    pub message: String,
 }
 
 /// One backend as a provider fills it.

@@ -36,6 +36,7 @@ struct Call {
 }
 
 /// An https server on 127.0.0.1:0 answering by path: `/fail…` 500, `/hang…` never,
+/// `/services/…` 403 quoting the URL it was called on (with terminal escapes),
 /// `/api/v1/query` a Prometheus vector of 100, anything else 200. Records every request
 /// (in arrival order) before answering.
 struct Receiver {
@@ -74,6 +75,12 @@ impl Receiver {
                         let rec = rec.clone();
                         async move {
                             let path = req.uri().path().to_string();
+                            let host = req
+                                .headers()
+                                .get("host")
+                                .and_then(|h| h.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
                             let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
                             let body = bytes
                                 .ok()
@@ -88,6 +95,8 @@ impl Receiver {
                             }
                             let (status, text) = if path.starts_with("/fail") {
                                 (500, "down".to_string())
+                            } else if path.starts_with("/services/") {
+                                (403, format!("invalid_token: https://{host}{path} ({path}) \u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J"))
                             } else if path == "/api/v1/query" {
                                 (200, r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1700000000,"100"]}]}}"#.to_string())
                             } else {
@@ -521,4 +530,97 @@ async fn the_client_trusts_the_ca_file_it_is_given_and_nothing_else() {
         .await
         .unwrap_err();
     assert!(err.contains("http:// or https://"), "{err}");
+}
+
+/// A receiver that quotes its secret URL back (Slack's path token, a hook's path), with
+/// terminal escapes in the answer: the read-only API, `weir ctl canaries` and its
+/// detail view show the address as `https://host/…`, never its path, and print no
+/// control character.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quoted_secret_url_shows_nowhere_and_its_escapes_reach_no_terminal() {
+    let ca = Ca::new();
+    let rx = Receiver::spawn(&ca).await;
+    let dir = dir_with_ca(&ca, "alerts-secret");
+    dir.write("token", "write-token-0123456789");
+    dir.write("ro-token", "read-token-0123456789");
+    let (v1, v2) = (echo("v1").await, echo("v2").await);
+    let top = format!(
+        "admin:\n  address: 127.0.0.1:0\n  tokenFile: token\n  readOnlyTokenFile: ro-token\nalertProviders:\n  team: {{ type: slack, address: \"{}\", caFile: ca.pem, retries: 0 }}\n",
+        rx.url("/services/T0001/B0002/SECRET")
+    );
+    let more = format!(
+        "      webhooks:\n        - {{ name: load, type: rollout, url: \"{}\", caFile: ca.pem }}\n{}",
+        rx.url("/services/hooks/SECRETHOOK"),
+        alerts(&[("deploys", "info", "team")])
+    );
+    let yaml = config(v1.addr, v2.addr, &top, 50, &more);
+    let app = proto_support::start_in(&yaml, &dir.0).await;
+    wait_for(&app, "initialisation", |s| s.phase == Phase::Initialized).await;
+    let out = app
+        .engine
+        .command(
+            "app",
+            ManualCommand::Start {
+                revision: "v2".into(),
+            },
+        )
+        .await
+        .expect("command delivered");
+    assert!(out.accepted, "{}", out.message);
+    wait_for(&app, "a failed notification and a failed hook", |s| {
+        s.notifications
+            .iter()
+            .any(|n| n.provider == "team" && !n.ok)
+            && s.events
+                .iter()
+                .any(|e| e.message.contains("webhook load failed"))
+    })
+    .await;
+    let secrets = ["SECRET", "T0001", "/services/"];
+    // The API, as a read-only client reads it.
+    let c = proto_support::support::client();
+    for path in ["/api/v1/canaries", "/api/v1/canaries/app"] {
+        let r = proto_support::support::send(
+            &c,
+            proto_support::support::get(
+                app.admin_addr,
+                path,
+                &[("authorization", "Bearer read-token-0123456789")],
+            ),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let text = r.text();
+        for s in secrets {
+            assert!(!text.contains(s), "{s} in {path}: {text}");
+        }
+        assert!(text.contains(&format!("https://{}/…", rx.addr)), "{text}");
+    }
+    // `weir ctl`, its table and its detail view.
+    let ro = dir.path("ro-token");
+    for args in [vec!["canaries"], vec!["canaries", "app"]] {
+        let mut full = vec!["--token-file", ro.to_str().unwrap()];
+        full.extend(args.iter().copied());
+        let out = crate::support::weir_ctl::ctl(&app, &full).await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        for s in secrets {
+            assert!(
+                !out.stdout.contains(s),
+                "{s} in weir ctl {args:?}: {}",
+                out.stdout
+            );
+        }
+        assert!(
+            !out.stdout.chars().any(|ch| ch.is_control() && ch != '\n'),
+            "a control character reached the terminal: {:?}",
+            out.stdout
+        );
+    }
+    let detail = crate::support::weir_ctl::ctl(
+        &app,
+        &["--token-file", ro.to_str().unwrap(), "canaries", "app"],
+    )
+    .await;
+    assert!(detail.stdout.contains("\\u001b]52;c;"), "{}", detail.stdout);
+    app.shutdown().await;
 }

@@ -621,6 +621,50 @@ async fn regex_over_the_size_limit_is_422() {
     assert!(e["reason"].as_str().unwrap().contains("size limit"), "{e}");
 }
 
+/// 600 small header regexes (`\w{5}`, about 280 KB each compiled): a 17 KB body
+/// that would cost the process 160 MiB and more. `PUT /api/v1/table` and `PATCH`
+/// are refused (422) naming `limits.maxTableRegexBytes` and its budget; nothing
+/// changes.
+#[tokio::test]
+async fn a_table_whose_regexes_compile_past_the_budget_is_422() {
+    let headers: serde_json::Map<String, serde_json::Value> = (0..600)
+        .map(|i| (format!("x-h{i}"), serde_json::json!({"regex": "\\w{5}"})))
+        .collect();
+    let patch = serde_json::json!({"match": [{"headers": headers}]});
+    let table = serde_json::json!({
+        "backends": {"b": {"endpoints": ["127.0.0.1:1"]}, "c": {"endpoints": ["127.0.0.1:2"]}},
+        "routes": [{"name": "r", "primary": "b", "canary": "c", "match": [{"headers": headers}]}],
+    });
+    let (app, _b, _g) = blue_green("    canaryWeight: 10\n").await;
+    let c = client();
+    let before = api(&c, &app, Method::GET, "/api/v1/table", None, &[]).await;
+    for (method, path, body) in [
+        (Method::PATCH, "/api/v1/routes/app", patch.to_string()),
+        (Method::PUT, "/api/v1/table", table.to_string()),
+    ] {
+        let r = api(&c, &app, method, path, Some(&body), &[]).await;
+        assert_eq!(r.status, 422, "{path}: {}", r.text());
+        let e = r.json();
+        let field = e["field"].as_str().unwrap_or_default();
+        assert!(
+            field.contains("match[0].headers.x-h") && field.ends_with(".regex"),
+            "{e}"
+        );
+        assert!(
+            e["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("limits.maxTableRegexBytes (64 MiB)"),
+            "{e}"
+        );
+        assert_eq!(e["errors"].as_array().map(Vec::len), Some(1), "{e}");
+    }
+    let after = api(&c, &app, Method::GET, "/api/v1/table", None, &[]).await;
+    assert_eq!(after.json(), before.json(), "table changed");
+    assert_eq!(app.store.load().version, 1);
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn unknown_backend_is_422() {
     patch_refused(r#"{"canary": "nope"}"#, 422, Some("canary")).await;

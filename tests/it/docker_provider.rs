@@ -7,7 +7,9 @@
 //! one out of service and back; `die` removes one; the daemon going away keeps the
 //! endpoints (traffic flows) and is reported in `/readyz`, `GET /api/v1/providers`
 //! and `/metrics`; its return re-lists; a new `weir.revision` on the canary slot
-//! starts a run that promotes. Every wait is a bounded poll.
+//! starts a run that promotes; a label naming a backend of the file takes nothing
+//! over; a 48 MiB container list is read no further than the 16 MiB cap. Every wait
+//! is a bounded poll.
 
 use crate::support;
 
@@ -22,6 +24,8 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -40,6 +44,11 @@ const WAIT: Duration = Duration::from_secs(40);
 struct Daemon {
     containers: Mutex<BTreeMap<String, Value>>,
     streams: Mutex<Vec<mpsc::UnboundedSender<Bytes>>>,
+    /// When not 0, `/containers/json` answers a list of this many bytes, made as it
+    /// is read.
+    huge_list: AtomicUsize,
+    /// Bytes of each huge list the daemon got to hand to its connection.
+    huge_sent: Mutex<Vec<Arc<AtomicUsize>>>,
 }
 
 impl Daemon {
@@ -96,6 +105,17 @@ impl Daemon {
                 StatusCode::OK,
                 json!({"Version": "27.5.1", "ApiVersion": "1.47"}),
             ),
+            ["containers", "json"] if self.huge_list.load(Relaxed) > 0 => {
+                let sent = Arc::new(AtomicUsize::new(0));
+                self.huge_sent.lock().unwrap().push(sent.clone());
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(EventsOrFull::Huge {
+                        left: self.huge_list.load(Relaxed),
+                        sent,
+                    })
+                    .unwrap()
+            }
             ["containers", "json"] => {
                 let list: Vec<Value> = self
                     .containers
@@ -126,10 +146,12 @@ impl Daemon {
     }
 }
 
-/// A whole body, or the event stream (open until the daemon stops).
+/// A whole body, the event stream (open until the daemon stops), or a huge list
+/// made in 64 KiB pieces as the connection takes them.
 enum EventsOrFull {
     Full(Option<Bytes>),
     Events(mpsc::UnboundedReceiver<Bytes>),
+    Huge { left: usize, sent: Arc<AtomicUsize> },
 }
 
 impl http_body::Body for EventsOrFull {
@@ -142,6 +164,22 @@ impl http_body::Body for EventsOrFull {
         match self.get_mut() {
             EventsOrFull::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             EventsOrFull::Events(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+            EventsOrFull::Huge { left, sent } => {
+                if *left == 0 {
+                    return Poll::Ready(None);
+                }
+                let first = sent.load(Relaxed) == 0;
+                let n = (*left).min(64 << 10);
+                let mut piece = if first {
+                    br#"[{"Id":"huge","Labels":{"weir.backend":"app-blue","pad":""#.to_vec()
+                } else {
+                    Vec::new()
+                };
+                piece.resize(n, b'x');
+                *left -= n;
+                sent.fetch_add(n, Relaxed);
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from(piece)))))
+            }
         }
     }
 }
@@ -299,7 +337,7 @@ async fn containers_become_endpoints_and_a_lost_daemon_keeps_them() {
     daemon.put(container("g1", "app-green", g1.addr.port(), "v1", None));
     let running = serve(daemon.clone(), &sock);
     let yaml = format!(
-        "backends:\n  app-blue: {{}}\n  app-green: {{ endpoints: [] }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n    resyncInterval: 1h\n",
+        "backends:\n  app-blue: {{ provider: docker }}\n  app-green: {{ endpoints: [], provider: docker }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n    resyncInterval: 1h\n",
         sock.display()
     );
     let app = proxy(&yaml).await;
@@ -461,7 +499,7 @@ fn weir_check_says_which_backends_the_provider_fills() {
     let dir = std::env::temp_dir().join(format!("weir-docker-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("weir.yaml");
-    let table = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  app-blue: {}\n  app-green: { endpoints: [] }\nroutes:\n  - { name: app, primary: app-blue, canary: app-green }\n";
+    let table = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  app-blue: { provider: docker }\n  app-green: { endpoints: [], provider: docker }\nroutes:\n  - { name: app, primary: app-blue, canary: app-green }\n";
     let check = |yaml: &str| {
         std::fs::write(&file, yaml).unwrap();
         std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -480,8 +518,19 @@ fn weir_check_says_which_backends_the_provider_fills() {
         "{stdout}"
     );
     assert!(stdout.contains("note: backends.app-green:"), "{stdout}");
-    // Without the provider, still an error.
+    // Without the provider, an error naming the field.
     let out = check(table);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("backends.app-blue.provider: providers.docker is not configured"),
+        "{stderr}"
+    );
+    // A backend that does not say so must list its endpoints.
+    let out = check(&format!(
+        "{}providers:\n  docker: {{ network: app-net }}\n",
+        table.replace("app-blue: { provider: docker }", "app-blue: {}")
+    ));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -496,7 +545,7 @@ fn weir_check_says_which_backends_the_provider_fills() {
 /// the fake daemon's socket.
 fn release_yaml(sock: &Path, green: &str) -> String {
     format!(
-        "backends:\n  app-blue: {{}}\n  app-green: {{ {green} }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 6\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
+        "backends:\n  app-blue: {{ provider: docker }}\n  app-green: {{ provider: docker, {green} }}\nroutes:\n  - {{ name: app, primary: app-blue, canary: app-green }}\ncanaries:\n  - name: app\n    route: app\n    watchRevision: true\n    analysis:\n      interval: 300ms\n      threshold: 6\n      stepWeight: 50\n      maxWeight: 50\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 2s\n          minRequests: 5\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n",
         sock.display()
     )
 }
@@ -677,4 +726,187 @@ async fn a_release_that_never_turns_healthy_stalls_and_rolls_back() {
     assert!(serving(&app, "app-green").await.is_empty());
     assert_eq!(versions(&app, 5).await, vec!["200 v1"; 5]);
     finish(app, traffic, running, &sock).await;
+}
+
+/// A container labelled `weir.backend=payments`, where `payments` is a backend of
+/// the file (no `provider: docker`): its endpoints stay the file's, traffic stays
+/// there, and `GET /api/v1/providers` reports `ProviderLabelIgnored` once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_naming_a_backend_of_the_file_takes_nothing_over() {
+    let (payments, blue, evil) = (echo("pay").await, echo("v1").await, echo("evil").await);
+    let sock = temp_socket("takeover");
+    let daemon = Arc::new(Daemon::default());
+    daemon.put(container("blue", "app-blue", blue.addr.port(), "v1", None));
+    daemon.put(container("evil", "payments", evil.addr.port(), "x", None));
+    let running = serve(daemon.clone(), &sock);
+    let yaml = format!(
+        "backends:\n  app-blue: {{ provider: docker }}\n  payments: {{ endpoints: [\"{}\"] }}\nroutes:\n  - {{ name: app, hosts: [app.test], primary: app-blue }}\n  - {{ name: pay, primary: payments }}\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n    resyncInterval: 1h\n",
+        payments.addr,
+        sock.display()
+    );
+    let app = proxy(&yaml).await;
+    wait!("the first listing", {
+        !serving(&app, "app-blue").await.is_empty()
+    });
+    wait!("the ignored label reported", {
+        api(&app, "/api/v1/providers").await["providers"][0]["recentEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty())
+    });
+    // Events of that container change nothing and report nothing again.
+    daemon.event("start", &full_id("evil"));
+    daemon.event("health_status: healthy", &full_id("evil"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        endpoints(&app, "payments").await,
+        [payments.addr.to_string()]
+    );
+    assert_eq!(versions(&app, 5).await, vec!["200 pay"; 5]);
+    let p = api(&app, "/api/v1/providers").await["providers"][0].clone();
+    let events = p["recentEvents"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{p}");
+    assert_eq!(events[0]["reason"], "ProviderLabelIgnored");
+    assert_eq!(events[0]["backend"], "payments");
+    assert!(p["backends"].get("payments").is_none(), "{p}");
+    let c = p["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["backend"] == "payments")
+        .unwrap()
+        .clone();
+    assert_eq!(c["ready"], false);
+    running.stop();
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+}
+
+/// A daemon answering a 48 MiB container list: the provider reads it no further
+/// than the 16 MiB cap (the daemon never gets to hand over much more), reports why,
+/// keeps serving, and lists normally once the answers are sane again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_container_list_is_read_no_further_than_the_cap() {
+    let blue = echo("v1").await;
+    let sock = temp_socket("huge");
+    let daemon = Arc::new(Daemon::default());
+    daemon.put(container("blue", "app-blue", blue.addr.port(), "v1", None));
+    daemon.huge_list.store(48 << 20, Relaxed);
+    let running = serve(daemon.clone(), &sock);
+    let yaml = format!(
+        "backends:\n  app-blue: {{ provider: docker }}\nroutes:\n  - {{ name: app, primary: app-blue }}\nproviders:\n  docker:\n    endpoint: unix://{}\n    debounce: 20ms\n    resyncInterval: 1h\n",
+        sock.display()
+    );
+    let app = proxy(&yaml).await;
+    wait!("the refusal to be reported", {
+        api(&app, "/api/v1/providers").await["providers"][0]["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("larger than 16 MiB"))
+    });
+    let p = api(&app, "/api/v1/providers").await["providers"][0].clone();
+    assert_eq!(p["connected"], false, "{p}");
+    assert!(
+        p["lastError"]
+            .as_str()
+            .unwrap()
+            .starts_with("GET /containers/json: "),
+        "{p}"
+    );
+    // What the daemon handed over: the cap and what the socket buffers hold, never
+    // the 48 MiB.
+    let sent: Vec<usize> = daemon
+        .huge_sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.load(Relaxed))
+        .collect();
+    assert!(!sent.is_empty());
+    for n in &sent {
+        assert!(*n < 24 << 20, "the daemon sent {} MiB: {sent:?}", n >> 20);
+    }
+    // Sane again: the next attempt lists.
+    daemon.huge_list.store(0, Relaxed);
+    wait!("the listing after the daemon recovers", {
+        !serving(&app, "app-blue").await.is_empty()
+    });
+    running.stop();
+    app.shutdown().await;
+    let _ = std::fs::remove_dir_all(sock.parent().unwrap());
+}
+
+/// The fake daemon behind TLS on 127.0.0.1:0 that requires a client certificate
+/// of `ca` (as `dockerd --tlsverify`); returns its port.
+async fn serve_tls(daemon: Arc<Daemon>, ca: &crate::proto_support::Ca) -> u16 {
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let key = weir::proxy::tls::parse_pair(leaf.cert_pem.as_bytes(), leaf.key_pem.as_bytes())
+        .expect("leaf pair");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        weir::proxy::tls::provider(),
+    )
+    .build()
+    .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(weir::proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(key)));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, daemon) = (acceptor.clone(), daemon.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = service_fn(move |req: http::Request<Incoming>| {
+                    let daemon = daemon.clone();
+                    async move {
+                        let path = req
+                            .uri()
+                            .path_and_query()
+                            .map_or("/".to_string(), |p| p.to_string());
+                        Ok::<_, Infallible>(daemon.answer(&path))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+/// `tcp://` with TLS both ways (the daemon's CA, weir's client certificate): the
+/// containers become endpoints as over the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_over_tls_with_a_client_certificate_is_listed() {
+    let ca = crate::proto_support::Ca::new();
+    let dir = crate::proto_support::TempDir::new("docker-tls");
+    dir.write("ca.pem", &ca.pem());
+    let client = ca.leaf(&["weir"]);
+    dir.write("cert.pem", &client.cert_pem);
+    dir.write("key.pem", &client.key_pem);
+    let blue = echo("v1").await;
+    let daemon = Arc::new(Daemon::default());
+    daemon.put(container("blue", "app-blue", blue.addr.port(), "v1", None));
+    let port = serve_tls(daemon, &ca).await;
+    let yaml = format!(
+        "listeners:\n  - name: http\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\nbackends:\n  app-blue: {{ provider: docker }}\nroutes:\n  - {{ name: app, primary: app-blue }}\nproviders:\n  docker:\n    endpoint: tcp://127.0.0.1:{port}\n    tls: {{ caFile: ca.pem, certFile: cert.pem, keyFile: key.pem }}\n    debounce: 20ms\n",
+    );
+    let cfg = weir::config::parse_yaml(&yaml, "t.yaml", &dir.0).expect("config");
+    let app = weir::app::start(cfg).await.expect("start");
+    wait!("the listing over TLS", {
+        !serving(&app, "app-blue").await.is_empty()
+    });
+    assert_eq!(versions(&app, 3).await, vec!["200 v1"; 3]);
+    app.shutdown().await;
 }

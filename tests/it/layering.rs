@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 /// Bottom to top; a module may use only modules before it.
 const ORDER: &[&str] = &[
     // pure or leaf
+    "text",
     "stats",
     "affinity",
     "routing",

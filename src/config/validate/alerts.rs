@@ -135,6 +135,25 @@ pub(super) fn check_url(path: &str, url: &str, errs: &mut Errors) -> bool {
     ok
 }
 
+/// [`check_url`] for a URL that may hold a secret (a webhook's): the message shows
+/// it as `scheme://host/…` only.
+pub(super) fn check_secret_url(path: &str, url: &str, errs: &mut Errors) -> bool {
+    let ok = url
+        .parse::<http::Uri>()
+        .ok()
+        .is_some_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+    if !ok {
+        errs.push(
+            path,
+            format!(
+                "expected an http:// or https:// URL (got {})",
+                crate::text::redact_url(url)
+            ),
+        );
+    }
+    ok
+}
+
 /// Resolves a `caFile` against the config's directory and checks it holds CA certificates.
 pub(super) fn check_ca_file(
     path: &str,
@@ -420,6 +439,16 @@ routes:
             got.iter()
                 .any(|(p, _)| p == "canaries[0].analysis.metrics[0].prometheusUrl"),
             "{got:?}"
+        );
+        // A webhook's URL may hold a secret: the message names its scheme and host only.
+        let got = paths(&hooks("ftp://hooks.example/services/SECRET1234"));
+        let (_, reason) = got
+            .iter()
+            .find(|(p, _)| p == "canaries[0].analysis.webhooks[0].url")
+            .unwrap();
+        assert_eq!(
+            reason,
+            "expected an http:// or https:// URL (got ftp://hooks.example/…)"
         );
     }
 }

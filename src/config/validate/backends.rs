@@ -48,10 +48,28 @@ pub(super) fn validate_backend(
             "backend names use letters, digits, '-', '_' and '.' only",
         );
     }
-    if b.endpoints.is_empty() && !rules.empty_backends {
+    let from_docker = match b.provider.as_deref() {
+        None => false,
+        Some("docker") if rules.docker_provider => true,
+        Some("docker") => {
+            errs.push(
+                format!("{path}.provider"),
+                "providers.docker is not configured: nothing fills this backend from container labels",
+            );
+            false
+        }
+        Some(other) => {
+            errs.push(
+                format!("{path}.provider"),
+                format!("unknown provider {other:?}; expected docker"),
+            );
+            false
+        }
+    };
+    if b.endpoints.is_empty() && b.provider.is_none() {
         errs.push(
             format!("{path}.endpoints"),
-            "at least one endpoint is required (or configure providers.docker to fill it from container labels)",
+            "at least one endpoint is required (or `provider: docker` to fill it from container labels)",
         );
     }
     let mut seen = BTreeSet::new();
@@ -210,6 +228,7 @@ pub(super) fn validate_backend(
     Some(BackendSpec {
         name: name.to_string(),
         endpoints: b.endpoints.clone(),
+        from_docker,
         load_balancer,
         health_check,
         rolling_update,

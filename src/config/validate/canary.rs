@@ -393,7 +393,7 @@ pub(super) fn validate_canaries(
                     "a promote hook needs promotion: webhook",
                 );
             }
-            super::alerts::check_url(&format!("{wp}.url"), &w.url, errs);
+            super::alerts::check_secret_url(&format!("{wp}.url"), &w.url, errs);
             let ca_file =
                 super::alerts::check_ca_file(&format!("{wp}.caFile"), &w.ca_file, base, errs);
             let timeout = errs.duration(&format!("{wp}.timeout"), &w.timeout, DEFAULT_HOOK_TIMEOUT);
@@ -434,15 +434,15 @@ pub(super) fn validate_canaries(
         // exchanges them. With providers.docker, from the containers' labels.
         if let Some(r) = table.routes.iter().find(|r| r.name == c.route) {
             let needs = |why: &str, slot: &str, errs: &mut Errors| {
-                let has = table
-                    .backends
-                    .get(slot)
-                    .is_some_and(|b| b.revision_path.is_some() || rules.empty_backends);
+                let has = table.backends.get(slot).is_some_and(|b| {
+                    b.revision_path.is_some()
+                        || (rules.docker_provider && b.provider.as_deref() == Some("docker"))
+                });
                 if !has && table.backends.contains_key(slot) {
                     errs.push(
                         format!("{p}.{why}"),
                         format!(
-                            "backend {slot:?} of route {:?} needs a revisionPath",
+                            "backend {slot:?} of route {:?} needs a revisionPath (or `provider: docker`: the revision is then its containers' label)",
                             r.name
                         ),
                     );

@@ -70,15 +70,31 @@ use std::time::Duration;
 /// Largest compiled regex accepted (bytes of the compiled program). Guards
 /// the data plane against patterns that would blow up memory or time.
 pub const REGEX_SIZE_LIMIT: usize = 256 * 1024;
+/// Default `limits.maxTableRegexBytes`: the compiled regexes of one table together.
+pub const DEFAULT_MAX_TABLE_REGEX_BYTES: usize = 64 << 20;
 /// Longest regex source accepted.
 pub const REGEX_MAX_LEN: usize = 4096;
 
-/// Errors (`.0`, any refuses the config) and warnings (`.1`, reported only).
-struct Errors(Vec<ConfigError>, Vec<ConfigError>);
+/// Errors (`.0`, any refuses the config), warnings (`.1`, reported only), and the
+/// regex budget of the table being compiled (`.2`).
+struct Errors(Vec<ConfigError>, Vec<ConfigError>, RegexBudget);
+
+/// What the regexes compiled so far cost, against `limits.maxTableRegexBytes`.
+#[derive(Debug, Clone, Copy, Default)]
+struct RegexBudget {
+    /// The budget; `None`: not compiling a table (a canary's own match block).
+    limit: Option<usize>,
+    /// Bytes of the regexes compiled so far.
+    used: usize,
+    /// How many.
+    count: usize,
+    /// The budget was passed (and said): no further regex is compiled.
+    over: bool,
+}
 
 impl Errors {
     fn new() -> Self {
-        Errors(Vec::new(), Vec::new())
+        Errors(Vec::new(), Vec::new(), RegexBudget::default())
     }
 
     fn push(&mut self, path: impl Into<String>, reason: impl Into<String>) {
@@ -142,10 +158,23 @@ pub fn validate_all(
             *ca = base.join(&*ca).to_string_lossy().into_owned();
         }
     }
+    let limits = validate_limits(raw.limits.as_ref(), &mut errs);
     let rules = TableRules {
-        empty_backends: raw.providers.as_ref().is_some_and(|p| p.docker.is_some()),
+        docker_provider: raw.providers.as_ref().is_some_and(|p| p.docker.is_some()),
+        max_table_regex_bytes: limits.max_table_regex_bytes,
     };
     let table = compile_into(&table_raw, rules, &mut errs);
+    if rules.docker_provider
+        && !table_raw
+            .backends
+            .values()
+            .any(|b| b.provider.as_deref() == Some("docker"))
+    {
+        errs.warn(
+            "providers.docker",
+            "no backend says `provider: docker`: container labels fill nothing",
+        );
+    }
     let alert_providers = validate_alert_providers(&raw.alert_providers, base, &mut errs);
     let templates = validate_templates(&raw.metric_templates, &raw.canaries, base, &mut errs);
     let canaries = validate_canaries(
@@ -189,6 +218,7 @@ pub fn validate_all(
         cluster,
         alert_providers,
         providers,
+        limits,
         warnings: errs.1,
     };
     (Ok(cfg), warnings)
@@ -200,11 +230,65 @@ pub fn compile_table(raw: &RawTable) -> Result<TableSpec, Vec<ConfigError>> {
     compile_table_with(raw, TableRules::default())
 }
 
-/// What a table may hold beyond the strict rules of a file without providers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a table may hold: the settings of the rest of the file it is checked under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableRules {
-    /// A backend may have no endpoints: a provider (`providers.docker`) fills it.
-    pub empty_backends: bool,
+    /// `providers.docker` is configured: a backend may say `provider: docker` (and
+    /// then list no endpoints).
+    pub docker_provider: bool,
+    /// `limits.maxTableRegexBytes`: the compiled regexes of the table together.
+    pub max_table_regex_bytes: usize,
+}
+
+impl Default for TableRules {
+    fn default() -> Self {
+        TableRules {
+            docker_provider: false,
+            max_table_regex_bytes: DEFAULT_MAX_TABLE_REGEX_BYTES,
+        }
+    }
+}
+
+/// `limits:`, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes the compiled regexes of one routing table may take together.
+    pub max_table_regex_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_table_regex_bytes: DEFAULT_MAX_TABLE_REGEX_BYTES,
+        }
+    }
+}
+
+fn validate_limits(raw: Option<&RawLimits>, errs: &mut Errors) -> Limits {
+    let mut out = Limits::default();
+    if let Some(n) = raw.and_then(|l| l.max_table_regex_bytes) {
+        match usize::try_from(n) {
+            Ok(n) if n > 0 => out.max_table_regex_bytes = n,
+            _ => errs.push(
+                "limits.maxTableRegexBytes",
+                format!("expected a number of bytes greater than 0 (got {n})"),
+            ),
+        }
+    }
+    out
+}
+
+/// `67108864` as `64 MiB`, `1500` as `1500 bytes`: a budget in a message.
+pub fn fmt_bytes(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 20 {
+        format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
 }
 
 /// [`compile_table`] under `rules`.
@@ -221,6 +305,18 @@ pub fn compile_table_with(
 }
 
 fn compile_into(raw: &RawTable, rules: TableRules, errs: &mut Errors) -> Option<TableSpec> {
+    // Every regex of the table counts against one budget; other regexes (a
+    // canary's own match block) only against the per-pattern limit.
+    errs.2 = RegexBudget {
+        limit: Some(rules.max_table_regex_bytes),
+        ..RegexBudget::default()
+    };
+    let table = compile_table_parts(raw, rules, errs);
+    errs.2 = RegexBudget::default();
+    table
+}
+
+fn compile_table_parts(raw: &RawTable, rules: TableRules, errs: &mut Errors) -> Option<TableSpec> {
     let before = errs.0.len();
     let mut backends = BTreeMap::new();
     for (name, b) in &raw.backends {

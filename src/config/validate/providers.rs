@@ -207,7 +207,7 @@ fn validate_docker_tls(
 }
 
 /// The lines `weir check` prints about provider-filled backends: each backend
-/// declared without endpoints, and which provider fills it.
+/// that says `provider: docker`, and whether the file lists endpoints for it.
 pub fn provider_notes(cfg: &Config) -> Vec<String> {
     if cfg.providers.docker.is_none() {
         return Vec::new();
@@ -215,10 +215,15 @@ pub fn provider_notes(cfg: &Config) -> Vec<String> {
     cfg.table
         .backends
         .iter()
-        .filter(|(_, b)| b.endpoints.is_empty())
-        .map(|(name, _)| {
+        .filter(|(_, b)| b.from_docker)
+        .map(|(name, b)| {
+            let listed = if b.endpoints.is_empty() {
+                "no endpoints in the file"
+            } else {
+                "the file's endpoints serve until the first listing"
+            };
             format!(
-                "backends.{name}: no endpoints in the file; providers.docker fills them from running containers labelled weir.backend={name}"
+                "backends.{name}: {listed}; providers.docker fills them from running containers labelled weir.backend={name}"
             )
         })
         .collect()

@@ -1,7 +1,7 @@
 use crate::config::{parse_yaml, DockerEndpoint, DEFAULT_DOCKER_DEBOUNCE};
 use std::path::Path;
 
-const TABLE: &str = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  app-blue: {}\n  app-green: { endpoints: [] }\n  static: { endpoints: [\"127.0.0.1:9001\"] }\nroutes:\n  - { name: app, primary: app-blue, canary: app-green }\n  - { name: s, hosts: [s.test], primary: static }\n";
+const TABLE: &str = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  app-blue: { provider: docker }\n  app-green: { endpoints: [], provider: docker }\n  static: { endpoints: [\"127.0.0.1:9001\"] }\nroutes:\n  - { name: app, primary: app-blue, canary: app-green }\n  - { name: s, hosts: [s.test], primary: static }\n";
 
 fn errors(yaml: &str) -> Vec<String> {
     match parse_yaml(yaml, "t.yaml", Path::new("/etc/weir")) {
@@ -44,9 +44,48 @@ fn a_backend_without_endpoints_needs_a_provider() {
     assert_eq!(
         errors(TABLE),
         [
-            "backends.app-blue.endpoints: at least one endpoint is required (or configure providers.docker to fill it from container labels)",
-            "backends.app-green.endpoints: at least one endpoint is required (or configure providers.docker to fill it from container labels)",
+            "backends.app-blue.provider: providers.docker is not configured: nothing fills this backend from container labels",
+            "backends.app-green.provider: providers.docker is not configured: nothing fills this backend from container labels",
         ]
+    );
+    // With the provider, only a backend that says so may be empty.
+    let plain = TABLE.replace("app-blue: { provider: docker }", "app-blue: {}");
+    assert_eq!(
+        errors(&format!("{plain}providers:\n  docker: {{}}\n")),
+        ["backends.app-blue.endpoints: at least one endpoint is required (or `provider: docker` to fill it from container labels)"]
+    );
+    let other = TABLE.replace(
+        "app-blue: { provider: docker }",
+        "app-blue: { provider: consul }",
+    );
+    assert_eq!(
+        errors(&format!("{other}providers:\n  docker: {{}}\n")),
+        ["backends.app-blue.provider: unknown provider \"consul\"; expected docker"]
+    );
+}
+
+#[test]
+fn a_provider_no_backend_uses_is_a_warning_and_a_listed_backend_is_noted() {
+    let none = "listeners: [{ name: http, address: 127.0.0.1:0 }]\nbackends:\n  s: { endpoints: [\"127.0.0.1:9001\"] }\nroutes:\n  - { name: s, primary: s }\nproviders:\n  docker: {}\n";
+    let cfg = parse_yaml(none, "t.yaml", Path::new("/etc/weir")).unwrap();
+    let w: Vec<String> = cfg
+        .warnings
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.reason))
+        .collect();
+    assert_eq!(
+        w,
+        ["providers.docker: no backend says `provider: docker`: container labels fill nothing"]
+    );
+    let listed = none.replace(
+        "s: { endpoints: [\"127.0.0.1:9001\"] }",
+        "s: { endpoints: [\"127.0.0.1:9001\"], provider: docker }",
+    );
+    let cfg = parse_yaml(&listed, "t.yaml", Path::new("/etc/weir")).unwrap();
+    assert!(cfg.warnings.is_empty(), "{:?}", cfg.warnings);
+    assert_eq!(
+        crate::config::provider_notes(&cfg),
+        ["backends.s: the file's endpoints serve until the first listing; providers.docker fills them from running containers labelled weir.backend=s"]
     );
 }
 

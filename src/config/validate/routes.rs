@@ -407,8 +407,44 @@ pub(super) fn string_matcher(
         );
         return None;
     }
-    match crate::routing::RegexMatcher::compile(re, REGEX_SIZE_LIMIT) {
-        Ok(r) => Some(StringMatcher::Regex(r)),
+    let budget = errs.2;
+    if budget.over {
+        // Said once; nothing more is compiled for a table already refused.
+        return None;
+    }
+    let left = budget
+        .limit
+        .map(|l| l.saturating_sub(budget.used))
+        .unwrap_or(usize::MAX);
+    // The table's budget bounds the compile itself, not only the sum after it.
+    let size_limit = REGEX_SIZE_LIMIT.min(left.max(1));
+    let over_budget = |errs: &mut Errors| {
+        errs.2.over = true;
+        errs.push(
+            rp.clone(),
+            format!(
+                "the table's regexes compile to more than limits.maxTableRegexBytes ({}) together: {} before this one took {}",
+                fmt_bytes(budget.limit.unwrap_or_default()),
+                budget.count,
+                fmt_bytes(budget.used),
+            ),
+        );
+    };
+    match crate::routing::RegexMatcher::compile(re, size_limit) {
+        Ok(r) => {
+            let used = budget.used.saturating_add(r.memory_usage());
+            if budget.limit.is_some_and(|l| used > l) {
+                over_budget(errs);
+                return None;
+            }
+            errs.2.used = used;
+            errs.2.count += 1;
+            Some(StringMatcher::Regex(r))
+        }
+        Err(regex::Error::CompiledTooBig(_)) if size_limit < REGEX_SIZE_LIMIT => {
+            over_budget(errs);
+            None
+        }
         Err(regex::Error::CompiledTooBig(limit)) => {
             errs.push(
                 rp,

@@ -111,6 +111,9 @@ pub struct BackendSpec {
     pub name: String,
     /// `host:port` strings, in order.
     pub endpoints: Vec<String>,
+    /// `provider: docker`: the Docker provider fills the list from container labels;
+    /// false: no label may touch it.
+    pub from_docker: bool,
     pub load_balancer: LoadBalancer,
     pub health_check: Option<HealthSettings>,
     pub rolling_update: RollingSettings,
@@ -218,6 +221,8 @@ pub struct Config {
     pub alert_providers: BTreeMap<String, super::alerts::AlertProvider>,
     /// `providers:` (endpoint lists from outside the file).
     pub providers: super::providers::ProvidersConfig,
+    /// `limits:` (what a table may cost).
+    pub limits: super::Limits,
     /// Values accepted but changed or worth a second look, each with its field path
     /// (and `file:line:col` once located); `weir check` and `weir serve` print them.
     pub warnings: Vec<ConfigError>,

@@ -119,6 +119,7 @@ pub async fn watch(
     o: &LiveOptions,
     out: &mut (dyn Write + Send),
 ) -> Result<(), CtlError> {
+    let out = &mut Terminal::new(out, opts.redraw && !opts.json);
     let api = ApiClient::new(&opts.api, opts.token.clone())?;
     let mut body = subscribe(&api, opts.token.as_deref()).await?;
     let status = read_status(&api, &o.name).await?;
@@ -260,7 +261,7 @@ pub fn main(opts: &CtlOptions, o: &LiveOptions) -> std::process::ExitCode {
     match rt.block_on(watch(opts, o, &mut std::io::stdout())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::text::for_terminal_block(&e.to_string()));
             match e {
                 CtlError::Usage(_) => ExitCode::from(2),
                 _ => ExitCode::FAILURE,

@@ -143,10 +143,14 @@ fn checks(s: &CanaryStatus) -> Vec<String> {
                         (false, true, _) => format!(
                             "INCONCLUSIVE, evidence {:.0}%, step held ({})",
                             100.0 * r.evidence.unwrap_or(0.0),
-                            r.reason
+                            crate::text::for_terminal(&r.reason)
                         ),
-                        (false, false, false) => format!("FAILED ({})", r.reason),
-                        (false, false, true) => format!("would fail, dry run ({})", r.reason),
+                        (false, false, false) =>
+                            format!("FAILED ({})", crate::text::for_terminal(&r.reason)),
+                        (false, false, true) => format!(
+                            "would fail, dry run ({})",
+                            crate::text::for_terminal(&r.reason)
+                        ),
                     }
                 )
             }
@@ -159,7 +163,7 @@ fn checks(s: &CanaryStatus) -> Vec<String> {
 /// The screen drawn in place on a terminal (with the ANSI home + clear prefix).
 pub fn screen(api: &str, v: &View, window: &str, now_ms: u64) -> String {
     let s = &v.status;
-    let mut o = String::from("\x1b[H\x1b[2J");
+    let mut o = String::from(crate::ctl::CLEAR_SCREEN);
     o.push_str(&format!(
         "weir ctl watch {}  {api}  {} UTC  (Ctrl-C to stop)\n\n",
         s.name,
@@ -169,8 +173,8 @@ pub fn screen(api: &str, v: &View, window: &str, now_ms: u64) -> String {
         "phase      {}{}   revision {} (promoted {})\n",
         wire_name(&s.phase),
         if s.paused { " (paused)" } else { "" },
-        s.revision.as_deref().unwrap_or("-"),
-        s.promoted_revision.as_deref().unwrap_or("-"),
+        crate::text::for_terminal(s.revision.as_deref().unwrap_or("-")),
+        crate::text::for_terminal(s.promoted_revision.as_deref().unwrap_or("-")),
     ));
     o.push_str(&format!(
         "steps      {}   ({}, promotion {})\n",
@@ -191,7 +195,7 @@ pub fn screen(api: &str, v: &View, window: &str, now_ms: u64) -> String {
         s.failed_checks, s.threshold, s.threshold
     ));
     if let Some(e) = &s.data_plane_error {
-        o.push_str(&format!("data plane {e}\n"));
+        o.push_str(&format!("data plane {}\n", crate::text::for_terminal(e)));
     }
     o.push('\n');
     match &v.stats {
@@ -270,14 +274,14 @@ pub fn state_line(v: &View, now_ms: u64) -> String {
 
 /// The last line of a finished run.
 pub fn finished_line(s: &CanaryStatus) -> String {
-    let rev = s.revision.as_deref().unwrap_or("-");
+    let rev = crate::text::for_terminal(s.revision.as_deref().unwrap_or("-"));
     match s.phase {
         Phase::Succeeded => format!("{}: run finished: Succeeded ({rev} promoted)", s.name),
         _ => format!(
             "{}: run finished: Failed ({rev} rolled back; {} serves) — {}",
             s.name,
-            s.promoted_revision.as_deref().unwrap_or("the primary"),
-            s.message
+            crate::text::for_terminal(s.promoted_revision.as_deref().unwrap_or("the primary")),
+            crate::text::for_terminal(&s.message)
         ),
     }
 }

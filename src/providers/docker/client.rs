@@ -1,13 +1,15 @@
 //! The Docker Engine API as the provider needs it, behind a small trait so the
 //! driver can be tested without a daemon: list the labelled containers, inspect
 //! one, follow the event stream. [`Bollard`] is the real client (unix socket, or
-//! `tcp://` with or without TLS); the documents it returns are turned into the
+//! `tcp://` with or without TLS) over weir's own [`Transport`], which caps every
+//! answer at 16 MiB; the documents it returns are turned into the
 //! provider's own [`Container`] and [`Event`] values here, so the pure parts
 //! (`labels`, `events`) never see the client's types.
 
 use super::events::Event;
 use super::labels::{Container, LABEL_BACKEND};
-use crate::config::{DockerEndpoint, DockerSettings};
+use super::transport::{error_chain, Meter, Transport};
+use crate::config::DockerSettings;
 use bollard::models::{ContainerInspectResponse, EventMessage};
 use bollard::query_parameters::{EventsOptions, ListContainersOptions};
 use futures_core::Stream;
@@ -40,6 +42,10 @@ pub type Connector = Arc<dyn Fn() -> Result<Arc<dyn Engine>, String> + Send + Sy
 /// The real Engine API client.
 pub struct Bollard {
     docker: bollard::Docker,
+    /// Bound on a list or an inspect, answer read whole.
+    timeout: std::time::Duration,
+    /// The event stream's byte count, restarted at each event.
+    events: Meter,
 }
 
 /// A [`Connector`] for `settings.endpoint`.
@@ -49,35 +55,39 @@ pub fn connector(settings: &DockerSettings) -> Connector {
 }
 
 impl Bollard {
-    /// A client for `settings.endpoint` (connections are made per request).
+    /// A client for `settings.endpoint` (a connection per request, every answer
+    /// capped: [`super::transport`]).
     pub fn connect(settings: &DockerSettings) -> Result<Bollard, String> {
-        let timeout = settings.timeout.as_secs().max(1);
-        let version = bollard::API_DEFAULT_VERSION;
-        let docker = match &settings.endpoint {
-            DockerEndpoint::Unix(path) => {
-                bollard::Docker::connect_with_unix(&path.to_string_lossy(), timeout, version)
-            }
-            DockerEndpoint::Tcp { address, tls: None } => {
-                bollard::Docker::connect_with_http(&format!("tcp://{address}"), timeout, version)
-            }
-            DockerEndpoint::Tcp {
-                address,
-                tls: Some(t),
-            } => {
-                // Makes sure rustls has its process-wide provider (ring) before the client builds its config.
-                let _ = crate::config::tls::provider();
-                bollard::Docker::connect_with_ssl(
-                    &format!("tcp://{address}"),
-                    &t.key_file,
-                    &t.cert_file,
-                    &t.ca_file,
-                    timeout,
-                    version,
-                )
-            }
-        }
+        let transport =
+            Arc::new(Transport::new(settings).map_err(|e| format!("{}: {e}", settings.endpoint))?);
+        let events = transport.events_meter();
+        let docker = bollard::Docker::connect_with_custom_transport(
+            move |req: bollard::BollardRequest| {
+                let t = transport.clone();
+                async move { t.request(req).await }
+            },
+            Some("http://docker"),
+            settings.timeout.as_secs().max(1),
+            bollard::API_DEFAULT_VERSION,
+        )
         .map_err(|e| format!("{}: {e}", settings.endpoint))?;
-        Ok(Bollard { docker })
+        Ok(Bollard {
+            docker,
+            timeout: settings.timeout,
+            events,
+        })
+    }
+
+    /// `f` within the timeout, its error as one line naming `what`.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        f: impl Future<Output = Result<T, bollard::errors::Error>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(r) => r.map_err(|e| format!("{what}: {}", error_chain(&e))),
+            Err(_) => Err(format!("{what}: no whole answer within {:?}", self.timeout)),
+        }
     }
 }
 
@@ -89,12 +99,9 @@ impl Engine for Bollard {
     fn ping(&self) -> EngineFuture<'_, ()> {
         Box::pin(async move {
             // The clones share their version setting: this one negotiates it for all.
-            self.docker
-                .clone()
-                .negotiate_version()
-                .await
-                .map_err(|e| format!("GET /version: {e}"))?;
-            self.docker.ping().await.map_err(|e| e.to_string())?;
+            self.bounded("GET /version", self.docker.clone().negotiate_version())
+                .await?;
+            self.bounded("GET /_ping", self.docker.ping()).await?;
             Ok(())
         })
     }
@@ -107,22 +114,27 @@ impl Engine for Bollard {
                 ..Default::default()
             };
             let list = self
-                .docker
-                .list_containers(Some(opts))
-                .await
-                .map_err(|e| e.to_string())?;
+                .bounded(
+                    "GET /containers/json",
+                    self.docker.list_containers(Some(opts)),
+                )
+                .await?;
             Ok(list.into_iter().filter_map(|c| c.id).collect())
         })
     }
 
     fn inspect<'a>(&'a self, id: &'a str) -> EngineFuture<'a, Option<Container>> {
         Box::pin(async move {
-            match self.docker.inspect_container(id, None).await {
-                Ok(doc) => Ok(Some(container_from_inspect(&doc))),
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => Ok(None),
-                Err(e) => Err(e.to_string()),
+            let what = format!("GET /containers/{id}/json");
+            match tokio::time::timeout(self.timeout, self.docker.inspect_container(id, None)).await
+            {
+                Ok(Ok(doc)) => Ok(Some(container_from_inspect(&doc))),
+                Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404,
+                    ..
+                })) => Ok(None),
+                Ok(Err(e)) => Err(format!("{what}: {}", error_chain(&e))),
+                Err(_) => Err(format!("{what}: no whole answer within {:?}", self.timeout)),
             }
         })
     }
@@ -137,6 +149,7 @@ impl Engine for Bollard {
         let stream = self.docker.events(Some(opts));
         Box::pin(MapEvents {
             inner: Box::pin(stream),
+            meter: self.events.clone(),
         })
     }
 }
@@ -144,6 +157,8 @@ impl Engine for Bollard {
 /// The event stream with bollard's messages turned into [`Event`]s.
 struct MapEvents<S> {
     inner: Pin<Box<S>>,
+    /// Restarted at each event: the cap is per event.
+    meter: Meter,
 }
 
 impl<S> Stream for MapEvents<S>
@@ -156,10 +171,14 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
-        self.inner
-            .as_mut()
-            .poll_next(cx)
-            .map(|o| o.map(|r| r.map(|m| event_from_message(&m)).map_err(|e| e.to_string())))
+        let next = std::task::ready!(self.inner.as_mut().poll_next(cx));
+        if matches!(next, Some(Ok(_))) {
+            self.meter.restart();
+        }
+        std::task::Poll::Ready(next.map(|r| {
+            r.map(|m| event_from_message(&m))
+                .map_err(|e| format!("GET /events: {}", error_chain(&e)))
+        }))
     }
 }
 

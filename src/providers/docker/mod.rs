@@ -2,7 +2,8 @@
 //! running containers, kept current by the Engine API's event stream, as
 //! Traefik's Docker provider does.
 //!
-//! - [`client`]: the Engine API behind a trait ([`client::Engine`]), bollard for real.
+//! - [`client`]: the Engine API behind a trait ([`client::Engine`]), bollard for real,
+//!   over [`transport`]: a connection per request, every answer capped at 16 MiB.
 //! - [`labels`]: PURE containers → each backend's listed endpoints, their
 //!   readiness and revisions.
 //! - [`events`]: PURE event → change of the known containers.
@@ -21,6 +22,12 @@
 //!   [`EndpointRevisions`](crate::dataplane::providers::EndpointRevisions), where
 //!   the rollout engine reads a slot's revision.
 //!
+//! Only a backend that says `provider: docker` is filled: a label naming any other
+//! backend (one with its own endpoints, or one the table does not have) changes
+//! nothing. That container is reported not ready in `GET /api/v1/providers`, and
+//! once per container and backend as the event `ProviderLabelIgnored` (in the
+//! provider's `recentEvents`, on the event bus as kind `providers`, in the log).
+//!
 //! Failure: a lost or refused connection keeps every list and gate as last written
 //! (a backend is never emptied by the provider), shows as `connected: false` in
 //! `/readyz`, `GET /api/v1/providers` and `weir_provider_connected`, and is retried
@@ -31,18 +38,20 @@
 pub mod client;
 pub mod events;
 pub mod labels;
+pub mod transport;
 
 use crate::clock::Clock;
 use crate::config::DockerSettings;
+use crate::control::events::EventBus;
 use crate::dataplane::endpoints::runtime::{now_ms, Gate};
 use crate::dataplane::providers::ProviderBoard;
 use crate::dataplane::store::TableStore;
 use crate::endpoints::api::{put_endpoints, EndpointsBody};
-use crate::wire::providers::{ContainerStatus, ProvidedBackend};
+use crate::wire::providers::{ContainerStatus, ProvidedBackend, ProviderEvent, RECENT_EVENTS};
 use client::{Connector, Engine};
 use labels::Container;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -71,7 +80,9 @@ pub fn backoff(attempt: u32, unit: f64) -> Duration {
     Duration::from_millis(ms as u64)
 }
 
-/// Starts the provider: it runs until `shutdown` turns true.
+/// Starts the provider: it runs until `shutdown` turns true. Its events (an
+/// ignored label) go to `bus` as kind `providers`, when given.
+#[allow(clippy::too_many_arguments)] // the provider's whole context, each used once
 pub fn spawn(
     settings: DockerSettings,
     store: Arc<TableStore>,
@@ -79,6 +90,7 @@ pub fn spawn(
     connect: Connector,
     clock: Clock,
     seed: u64,
+    bus: Option<Arc<EventBus>>,
     shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let endpoint = settings.endpoint.to_string();
@@ -92,6 +104,8 @@ pub fn spawn(
         rng: rand::rngs::SmallRng::seed_from_u64(seed),
         known: BTreeMap::new(),
         written: BTreeMap::new(),
+        reported: BTreeSet::new(),
+        bus,
     };
     tokio::spawn(driver.run(shutdown))
 }
@@ -108,6 +122,10 @@ struct Driver {
     known: BTreeMap<String, Container>,
     /// Each backend's list as last written, with its revisions.
     written: BTreeMap<String, ProvidedBackend>,
+    /// (container ID, backend) pairs already reported as `ProviderLabelIgnored`.
+    reported: BTreeSet<(String, String)>,
+    /// Where the provider's events are published.
+    bus: Option<Arc<EventBus>>,
 }
 
 /// Why a session (one connection) ended.
@@ -253,10 +271,29 @@ impl Driver {
         names.extend(self.written.keys().cloned());
         names.sort();
         names.dedup();
+        let mut ignored = Vec::new();
         for name in names {
-            let Some(spec) = snap.spec.backends.get(&name) else {
-                mark_unknown(&mut statuses, &name);
-                continue;
+            let spec = match snap.spec.backends.get(&name) {
+                Some(spec) if spec.from_docker => spec,
+                other => {
+                    let why = match other {
+                        None => format!("backend {name:?} is not in the table"),
+                        Some(_) => format!(
+                            "backend {name:?} does not say `provider: docker`: its endpoints are the file's"
+                        ),
+                    };
+                    mark_ignored(&mut statuses, &name, &why);
+                    ignored.push(name.clone());
+                    // A backend that stopped saying `provider: docker` (a reload)
+                    // is the file's again: no gate, no revisions from labels.
+                    if self.written.remove(&name).is_some() {
+                        self.store.revisions().set(&name, BTreeMap::new());
+                        if let Some(backend) = self.store.backend(&name) {
+                            backend.control().set_gate(None, now_ms());
+                        }
+                    }
+                    continue;
+                }
             };
             let fresh = computed.get(&name).cloned().unwrap_or_default();
             let next = if !fresh.endpoints.is_empty() {
@@ -302,11 +339,60 @@ impl Driver {
             }
             self.written.insert(name, next);
         }
+        let events = self.report_ignored(&statuses, &ignored);
         let written = self.written.clone();
         self.board.update(NAME, |s| {
             s.backends = written;
             s.containers = statuses;
+            s.recent_events.extend(events);
+            let over = s.recent_events.len().saturating_sub(RECENT_EVENTS);
+            s.recent_events.drain(..over);
         });
+    }
+
+    /// `ProviderLabelIgnored` for each container labelled for an `ignored` backend
+    /// not reported yet (logged, and published on the bus); the pairs of containers
+    /// no longer seen are forgotten.
+    fn report_ignored(
+        &mut self,
+        statuses: &[ContainerStatus],
+        ignored: &[String],
+    ) -> Vec<ProviderEvent> {
+        let seen: BTreeSet<&str> = statuses.iter().map(|s| s.id.as_str()).collect();
+        self.reported.retain(|(id, _)| seen.contains(id.as_str()));
+        let mut out = Vec::new();
+        for s in statuses.iter().filter(|s| ignored.contains(&s.backend)) {
+            if !self.reported.insert((s.id.clone(), s.backend.clone())) {
+                continue;
+            }
+            let message = format!(
+                "container {} ({}) is labelled weir.backend={}, ignored: {}",
+                crate::text::for_terminal(&s.name),
+                s.id,
+                crate::text::for_terminal(&s.backend),
+                s.reason.as_deref().unwrap_or("not a provider backend")
+            );
+            tracing::warn!(target: "weir::providers", provider = NAME, container = %s.id, backend = %s.backend, "docker: {message}");
+            let e = ProviderEvent {
+                reason: "ProviderLabelIgnored".into(),
+                time_ms: self.clock.now_ms(),
+                container: s.id.clone(),
+                name: s.name.clone(),
+                backend: s.backend.clone(),
+                message,
+            };
+            if let Some(bus) = &self.bus {
+                bus.publish(
+                    "providers",
+                    serde_json::json!({
+                        "kind": e.reason, "provider": NAME, "container": e.container,
+                        "name": e.name, "backend": e.backend, "message": e.message,
+                    }),
+                );
+            }
+            out.push(e);
+        }
+        out
     }
 }
 
@@ -319,11 +405,11 @@ fn gate_of(b: &ProvidedBackend) -> Gate {
         .collect()
 }
 
-/// Containers naming a backend the table does not have are not endpoints.
-fn mark_unknown(statuses: &mut [ContainerStatus], backend: &str) {
+/// Containers naming a backend the provider does not fill are not endpoints.
+fn mark_ignored(statuses: &mut [ContainerStatus], backend: &str, why: &str) {
     for s in statuses.iter_mut().filter(|s| s.backend == backend) {
         s.ready = false;
-        s.reason = Some(format!("backend {backend:?} is not in the table"));
+        s.reason = Some(why.to_string());
     }
 }
 

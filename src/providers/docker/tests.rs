@@ -82,14 +82,22 @@ fn ev(action: &str, id: &str) -> Event {
 
 fn store() -> Arc<TableStore> {
     let raw: crate::config::raw::RawTable = serde_json::from_value(serde_json::json!({
-        "backends": {"app-blue": {}, "app-green": {}},
-        "routes": [{"name": "app", "primary": "app-blue", "canary": "app-green"}],
+        "backends": {
+            "app-blue": {"provider": "docker"},
+            "app-green": {"provider": "docker"},
+            "static": {"endpoints": ["127.0.0.1:9001"]},
+        },
+        "routes": [
+            {"name": "app", "primary": "app-blue", "canary": "app-green"},
+            {"name": "s", "hosts": ["s.test"], "primary": "static"},
+        ],
     }))
     .unwrap();
     let spec = compile_table_with(
         &raw,
         TableRules {
-            empty_backends: true,
+            docker_provider: true,
+            ..TableRules::default()
         },
     )
     .unwrap();
@@ -167,6 +175,7 @@ async fn refused_connections_are_retried_with_backoff_and_reported() {
         connect,
         Clock::system(),
         7,
+        None,
         shutdown,
     );
     settle().await;
@@ -225,6 +234,7 @@ async fn a_lost_connection_keeps_the_lists_and_a_reconnect_resyncs() {
         connect,
         Clock::system(),
         1,
+        None,
         shutdown,
     );
     settle().await;
@@ -289,6 +299,7 @@ async fn a_burst_of_events_is_one_write_after_the_debounce() {
         connect,
         Clock::system(),
         1,
+        None,
         shutdown,
     );
     settle().await;
@@ -396,6 +407,7 @@ async fn a_container_of_an_unknown_backend_is_reported_not_written() {
         connect,
         Clock::system(),
         1,
+        None,
         shutdown,
     );
     settle().await;
@@ -407,6 +419,91 @@ async fn a_container_of_an_unknown_backend_is_reported_not_written() {
         Some("backend \"app-red\" is not in the table")
     );
     assert_eq!(store.load().version, 1);
+    let _ = stop.send(true);
+    let _ = task.await;
+}
+
+/// A label naming a backend that does not say `provider: docker` takes nothing
+/// over: the file's endpoints stay, the container is not ready, and
+/// `ProviderLabelIgnored` is reported once per container and backend (in the
+/// status, on the bus), again for a new container.
+#[tokio::test(start_paused = true)]
+async fn a_label_naming_a_backend_of_the_file_is_ignored_and_reported_once() {
+    let store = store();
+    let board = ProviderBoard::new();
+    let bus = EventBus::new();
+    let mut seen = bus.subscribe();
+    let fake = Arc::new(Fake::default());
+    for (id, b, ip) in [
+        ("evil1", "static", "172.20.0.66"),
+        ("b1", "app-blue", "172.20.0.2"),
+    ] {
+        fake.containers
+            .lock()
+            .unwrap()
+            .insert(id.into(), container(id, b, ip, "v1", None));
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    *fake.events.lock().unwrap() = Some(rx);
+    let connect: Connector = {
+        let fake = fake.clone();
+        Arc::new(move || Ok(fake.clone() as Arc<dyn Engine>))
+    };
+    let (stop, shutdown) = watch::channel(false);
+    let task = spawn(
+        settings(),
+        store.clone(),
+        board.clone(),
+        connect,
+        Clock::system(),
+        1,
+        Some(bus.clone()),
+        shutdown,
+    );
+    settle().await;
+    assert_eq!(endpoints(&store, "static"), ["127.0.0.1:9001"]);
+    assert_eq!(endpoints(&store, "app-blue"), ["172.20.0.2:9001"]);
+    let s = &board.list()[0];
+    assert!(!s.backends.contains_key("static"), "{:?}", s.backends);
+    let evil = s.containers.iter().find(|c| c.backend == "static").unwrap();
+    assert!(!evil.ready);
+    assert!(
+        evil.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("does not say `provider: docker`")),
+        "{evil:?}"
+    );
+    assert_eq!(s.recent_events.len(), 1, "{:?}", s.recent_events);
+    let e = &s.recent_events[0];
+    assert_eq!(
+        (e.reason.as_str(), e.container.as_str(), e.backend.as_str()),
+        ("ProviderLabelIgnored", "evil1", "static")
+    );
+    let published = seen.try_recv().expect("an event on the bus");
+    assert_eq!(published.kind, "providers");
+    assert!(
+        published.data.contains("\"kind\":\"ProviderLabelIgnored\""),
+        "{}",
+        published.data
+    );
+    // Events and re-lists of the same container report nothing new.
+    let _ = tx.send(Ok(ev("health_status: healthy", "evil1")));
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    settle().await;
+    assert_eq!(board.list()[0].recent_events.len(), 1);
+    assert!(seen.try_recv().is_err());
+    // A second container naming it: reported too; the list is still the file's.
+    fake.containers.lock().unwrap().insert(
+        "evil2".into(),
+        container("evil2", "static", "172.20.0.67", "v1", None),
+    );
+    let _ = tx.send(Ok(ev("start", "evil2")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    settle().await;
+    let s = &board.list()[0];
+    assert_eq!(s.recent_events.len(), 2, "{:?}", s.recent_events);
+    assert_eq!(s.recent_events[1].container, "evil2");
+    assert_eq!(endpoints(&store, "static"), ["127.0.0.1:9001"]);
     let _ = stop.send(true);
     let _ = task.await;
 }

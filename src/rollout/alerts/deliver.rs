@@ -156,8 +156,9 @@ async fn run(
                 }
                 Err(e) => (false, None, e),
             };
-            // An error text may quote the URL; the URL is a secret.
-            let reason = reason.replace(&p.address.0, "<address>");
+            // An error text or the receiver's answer may quote the URL; the URL is a
+            // secret: shown as `scheme://host/…`, its path and query cut out.
+            let reason = crate::text::scrub_url(&reason, &p.address.0);
             if ok || attempts > p.retries || !retryable(status) {
                 break (ok, status, reason);
             }

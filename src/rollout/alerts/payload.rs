@@ -9,12 +9,22 @@
 //! | `rocket` | `{channel, alias, emoji, text, attachments: [{color, title, text, fields: [{title, value, short}]}]}` | text 3,000 chars |
 //! | `gchat` | `{text, cardsV2: [{cardId, card: {header: {title, subtitle}, sections: [{widgets: [textParagraph, decoratedText…]}]}}]}` | text 4,096 chars |
 //! | `generic` | Flagger's event-webhook `{name, namespace, phase, checksum, metadata: {eventMessage, eventType, timestamp}}` plus `severity`, `reason`, `revision`, `canaryWeight`, `primaryWeight`, `failedChecks`, `threshold`, `checks` | none |
+//!
+//! Text in a chat message may come from a backend (a revision) or a receiver (a hook's
+//! answer in an event's message); it is made inert in each service's markup before it
+//! is cut ([`crate::text::chat`]): Slack and Rocket.Chat get `&`, `<`, `>` as entities
+//! (so `<!channel>` and `<https://evil|Approve>` show as typed), Discord, Teams and
+//! Google Chat's text break `@`, `<` and `](` with a zero-width space, Google Chat's
+//! cards get HTML entities; every `@` is followed by one, so nothing mentions anyone.
+//! Discord payloads also say `allowed_mentions: {parse: []}`. The generic payload is
+//! data for a program and is sent as it is.
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::config::{ProviderKind, Severity};
 use crate::rollout::machine::MetricResult;
+use crate::text::chat;
 
 /// Longest Slack / Rocket.Chat / Teams message text kept (Slack's section-text limit).
 pub const CHAT_TEXT_MAX: usize = 3000;
@@ -140,6 +150,11 @@ pub fn cut(s: &str, max: usize) -> String {
     out
 }
 
+/// `s` made inert by `escape` and cut to `max` characters (the escaped text counts).
+fn fit(s: &str, max: usize, escape: fn(&str) -> String) -> String {
+    chat::cut(&escape(&cut(s, max)), max)
+}
+
 /// Slack's attachment colours (Flagger's: `good`, `danger`, plus `warning`).
 fn slack_color(s: Severity) -> &'static str {
     match s {
@@ -183,18 +198,18 @@ fn slack(channel: &str, username: &str, a: &Alert) -> Value {
     let fields: Vec<Value> = a
         .facts()
         .into_iter()
-        .map(|(t, v)| json!({"title": t, "value": cut(&v, CHAT_TEXT_MAX), "short": t != "Weights" && !t.starts_with("Failed check ")}))
+        .map(|(t, v)| json!({"title": fit(&t, CHAT_TEXT_MAX, chat::slack), "value": fit(&v, CHAT_TEXT_MAX, chat::slack), "short": t != "Weights" && !t.starts_with("Failed check ")}))
         .collect();
     json!({
         "channel": channel,
         "username": username,
         "icon_emoji": ":rocket:",
-        "text": cut(&a.headline(), CHAT_TEXT_MAX),
+        "text": fit(&a.headline(), CHAT_TEXT_MAX, chat::slack),
         "attachments": [{
             "color": slack_color(a.severity),
-            "author_name": format!("{}.default", a.canary),
-            "title": cut(&a.headline(), CHAT_TEXT_MAX),
-            "text": cut(&a.message, CHAT_TEXT_MAX),
+            "author_name": chat::slack(&format!("{}.default", a.canary)),
+            "title": fit(&a.headline(), CHAT_TEXT_MAX, chat::slack),
+            "text": fit(&a.message, CHAT_TEXT_MAX, chat::slack),
             "mrkdwn_in": ["text"],
             "fields": fields,
             "ts": a.time_ms / 1000,
@@ -206,7 +221,7 @@ fn msteams(a: &Alert) -> Value {
     let facts: Vec<Value> = a
         .facts()
         .into_iter()
-        .map(|(t, v)| json!({"title": t, "value": cut(&v, CHAT_TEXT_MAX)}))
+        .map(|(t, v)| json!({"title": fit(&t, CHAT_TEXT_MAX, chat::markdown), "value": fit(&v, CHAT_TEXT_MAX, chat::markdown)}))
         .collect();
     let color = match a.severity {
         Severity::Info => "Good",
@@ -223,8 +238,8 @@ fn msteams(a: &Alert) -> Value {
                 "type": "AdaptiveCard",
                 "version": "1.4",
                 "body": [
-                    {"type": "TextBlock", "text": cut(&a.headline(), CHAT_TEXT_MAX), "weight": "Bolder", "size": "Medium", "color": color, "wrap": true},
-                    {"type": "TextBlock", "text": cut(&a.message, CHAT_TEXT_MAX), "wrap": true},
+                    {"type": "TextBlock", "text": fit(&a.headline(), CHAT_TEXT_MAX, chat::markdown), "weight": "Bolder", "size": "Medium", "color": color, "wrap": true},
+                    {"type": "TextBlock", "text": fit(&a.message, CHAT_TEXT_MAX, chat::markdown), "wrap": true},
                     {"type": "FactSet", "facts": facts},
                 ],
             },
@@ -233,15 +248,15 @@ fn msteams(a: &Alert) -> Value {
 }
 
 fn discord(username: &str, a: &Alert) -> Value {
-    let title = cut(&a.headline(), DISCORD_TITLE_MAX);
-    let description = cut(&a.message, DISCORD_DESCRIPTION_MAX);
+    let title = fit(&a.headline(), DISCORD_TITLE_MAX, chat::markdown);
+    let description = fit(&a.message, DISCORD_DESCRIPTION_MAX, chat::markdown);
     let mut budget = DISCORD_EMBED_TOTAL_MAX
         .saturating_sub(title.chars().count())
         .saturating_sub(description.chars().count());
     let mut fields = Vec::new();
     for (n, v) in a.facts().into_iter().take(DISCORD_FIELDS_MAX) {
-        let n = cut(&n, DISCORD_FIELD_NAME_MAX);
-        let v = cut(&v, DISCORD_FIELD_VALUE_MAX);
+        let n = fit(&n, DISCORD_FIELD_NAME_MAX, chat::markdown);
+        let v = fit(&v, DISCORD_FIELD_VALUE_MAX, chat::markdown);
         let len = n.chars().count() + v.chars().count();
         if len > budget {
             break;
@@ -252,7 +267,9 @@ fn discord(username: &str, a: &Alert) -> Value {
     }
     json!({
         "username": username,
-        "content": cut(&a.headline(), DISCORD_CONTENT_MAX),
+        "content": fit(&a.headline(), DISCORD_CONTENT_MAX, chat::markdown),
+        // Whatever the text says, the message pings no one.
+        "allowed_mentions": {"parse": []},
         "embeds": [{
             "title": title,
             "description": description,
@@ -267,35 +284,36 @@ fn rocket(channel: &str, username: &str, a: &Alert) -> Value {
     let fields: Vec<Value> = a
         .facts()
         .into_iter()
-        .map(|(t, v)| json!({"title": t, "value": cut(&v, CHAT_TEXT_MAX), "short": !t.starts_with("Failed check ")}))
+        .map(|(t, v)| json!({"title": fit(&t, CHAT_TEXT_MAX, chat::slack), "value": fit(&v, CHAT_TEXT_MAX, chat::slack), "short": !t.starts_with("Failed check ")}))
         .collect();
     json!({
         "channel": channel,
         "alias": username,
         "emoji": ":rocket:",
-        "text": cut(&a.headline(), CHAT_TEXT_MAX),
+        "text": fit(&a.headline(), CHAT_TEXT_MAX, chat::slack),
         "attachments": [{
             "color": hex_color(a.severity),
-            "title": cut(&a.headline(), CHAT_TEXT_MAX),
-            "text": cut(&a.message, CHAT_TEXT_MAX),
+            "title": fit(&a.headline(), CHAT_TEXT_MAX, chat::slack),
+            "text": fit(&a.message, CHAT_TEXT_MAX, chat::slack),
             "fields": fields,
         }],
     })
 }
 
 fn gchat(a: &Alert) -> Value {
-    let mut widgets = vec![json!({"textParagraph": {"text": cut(&a.message, GCHAT_TEXT_MAX)}})];
+    let mut widgets =
+        vec![json!({"textParagraph": {"text": fit(&a.message, GCHAT_TEXT_MAX, chat::html)}})];
     for (t, v) in a.facts() {
-        widgets.push(json!({"decoratedText": {"topLabel": t, "text": cut(&v, GCHAT_TEXT_MAX)}}));
+        widgets.push(json!({"decoratedText": {"topLabel": fit(&t, GCHAT_TEXT_MAX, chat::html), "text": fit(&v, GCHAT_TEXT_MAX, chat::html)}}));
     }
     json!({
-        "text": cut(&a.headline(), GCHAT_TEXT_MAX),
+        "text": fit(&a.headline(), GCHAT_TEXT_MAX, chat::markdown),
         "cardsV2": [{
             "cardId": format!("weir-{}-{}", a.canary, a.time_ms),
             "card": {
                 "header": {
-                    "title": cut(&a.headline(), 200),
-                    "subtitle": format!("{} · {}", a.severity.name(), a.reason),
+                    "title": fit(&a.headline(), 200, chat::html),
+                    "subtitle": chat::html(&format!("{} · {}", a.severity.name(), a.reason)),
                 },
                 "sections": [{"widgets": widgets}],
             },

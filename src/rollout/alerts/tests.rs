@@ -488,3 +488,177 @@ async fn delivered(a: &Alerter) -> bool {
     }
     false
 }
+
+/// Captures log lines written while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A receiver that quotes the webhook URL back in its error answer (as Slack-like
+/// services do) never shows the secret: not in the status the API and `weir ctl`
+/// read, not in the log. The address shows as `scheme://host/…`.
+#[tokio::test]
+async fn a_receiver_quoting_the_secret_url_back_shows_scheme_and_host_only() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let url = format!("http://{addr}/services/T0001/B0002/SECRET");
+    let quoted = url.clone();
+    tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut buf = vec![0u8; 65536];
+        let _ = s.read(&mut buf).await;
+        let body = format!(
+            "invalid_token for {quoted}: no hook at /services/T0001/B0002/SECRET (token SECRET)"
+        );
+        let head = format!(
+            "HTTP/1.1 403 Forbidden\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = s.write_all(head.as_bytes()).await;
+        let _ = s.write_all(body.as_bytes()).await;
+    });
+    let yaml = format!(
+        "backends:\n  a: {{ endpoints: [\"127.0.0.1:9001\"] }}\n  b: {{ endpoints: [\"127.0.0.1:9002\"] }}\nroutes:\n  - {{ name: app, primary: a, canary: b }}\nalertProviders:\n  team: {{ type: slack, address: \"{url}\", retries: 0 }}\ncanaries:\n  - name: app\n    route: app\n    analysis:\n      stepWeight: 10\n      alerts: [{{ name: deploys, severity: info, providerRef: {{ name: team }} }}]\n"
+    );
+    let cfg = crate::config::parse_yaml(&yaml, "t.yaml", std::path::Path::new(".")).unwrap();
+    let log = Captured::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .with_env_filter("weir=debug")
+        .finish();
+    let _on = tracing::subscriber::set_default(sub);
+    let alerter = Alerter::start(
+        &cfg,
+        &crate::rollout::http::HttpClient::new(),
+        crate::clock::Clock::system(),
+    )
+    .unwrap()
+    .unwrap();
+    alerter.on_event(&RolloutEvent {
+        canary: "app".into(),
+        time_ms: 1_700_000_000_000,
+        phase: crate::rollout::Phase::Progressing,
+        reason: "Started".into(),
+        warning: false,
+        message: "New revision v2: analysis started".into(),
+        canary_weight: 0,
+        primary_weight: 100,
+        iterations: 0,
+        failed_checks: 0,
+        revision: Some("v2".into()),
+        checks: Vec::new(),
+    });
+    let mut status = None;
+    for _ in 0..500 {
+        if let Some(n) = alerter
+            .results("app")
+            .into_iter()
+            .find(|n| n.provider == "team")
+        {
+            status = Some(n);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = status.expect("a delivery result");
+    assert_eq!((n.ok, n.status), (false, Some(403)), "{n:?}");
+    assert!(
+        n.reason.starts_with(&format!(
+            "HTTP 403: invalid_token for http://{addr}/…: no hook at …"
+        )),
+        "{}",
+        n.reason
+    );
+    let api = serde_json::to_string(&alerter.results("app")).unwrap();
+    let logged = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("notification failed"), "{logged}");
+    for shown in [&api, &logged] {
+        for secret in ["SECRET", "T0001", "/services/"] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+    }
+}
+
+/// A revision and a hook answer written to get attention: mentions (`<!channel>`,
+/// `@everyone`, `<users/all>`) and disguised links. No chat payload carries them
+/// in a form its service acts on; Discord's also forbids every mention outright.
+#[test]
+fn revisions_and_answers_reach_no_chat_as_markup() {
+    let evil = "<!channel> @everyone <https://evil.example|Approve> <users/all> [Approve](https://evil.example) <@&123>";
+    let mut a = alert(Severity::Error, "RolledBack", &format!("hook said: {evil}"));
+    a.revision = Some(evil.into());
+    a.checks[0].reason = evil.into();
+    for kind in [
+        ProviderKind::Slack,
+        ProviderKind::Rocket,
+        ProviderKind::Discord,
+        ProviderKind::Msteams,
+        ProviderKind::Gchat,
+    ] {
+        let v = render(kind, "general", "weir", &a);
+        let mut texts = Vec::new();
+        collect_strings(&v, &mut texts);
+        for t in &texts {
+            for raw in [
+                "<!channel>",
+                "@everyone",
+                "<https://evil",
+                "<users/all>",
+                "](https",
+                "<@&",
+            ] {
+                assert!(!t.contains(raw), "{kind:?}: {raw:?} in {t:?}");
+            }
+        }
+        let all = texts.join("\n");
+        assert!(
+            all.contains("everyone"),
+            "{kind:?}: the text itself is kept: {all}"
+        );
+    }
+    let slack = render(ProviderKind::Slack, "general", "weir", &a);
+    assert!(
+        s(&slack, "/text")
+            .contains("&lt;!channel&gt; @\u{200b}everyone &lt;https://evil.example|Approve&gt;"),
+        "{}",
+        s(&slack, "/text")
+    );
+    let discord = render(ProviderKind::Discord, "general", "weir", &a);
+    assert_eq!(
+        discord["allowed_mentions"],
+        serde_json::json!({"parse": []})
+    );
+    // A message of pure entities is still cut to the limit, never mid-entity.
+    let mut long = alert(Severity::Warn, "CheckFailed", &"<&>".repeat(3000));
+    long.revision = None;
+    let slack = render(ProviderKind::Slack, "general", "weir", &long);
+    let text = s(&slack, "/attachments/0/text");
+    assert_eq!(text.chars().count(), CHAT_TEXT_MAX, "{text}");
+    assert!(text.ends_with(";…"), "{}", &text[text.len() - 20..]);
+    // The generic payload is data for a program: kept as it came.
+    let generic = render(ProviderKind::Generic, "general", "weir", &a);
+    assert_eq!(generic["revision"], evil);
+}
+
+fn collect_strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| collect_strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| collect_strings(x, out)),
+        _ => {}
+    }
+}
