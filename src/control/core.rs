@@ -28,7 +28,7 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/healthz",
-        auth: Auth::Public,
+        auth: Auth::Probe,
         handler: |_, _| {
             Box::pin(async {
                 Ok(json_response(
@@ -41,8 +41,8 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/readyz",
-        auth: Auth::Public,
-        handler: |s, _| Box::pin(async move { Ok(readyz(&s)) }),
+        auth: Auth::Probe,
+        handler: |s, r| Box::pin(async move { Ok(readyz(&s, r.host_allowed)) }),
     },
     RouteDef {
         method: Method::GET,
@@ -87,8 +87,20 @@ pub static ROUTES: &[RouteDef] = &[
     },
 ];
 
-/// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`).
-fn readyz(s: &ApiState) -> ApiResponse {
+/// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`). Asked
+/// by a name `admin.allowedHosts` does not list, it answers the status alone
+/// (no table version, provider or lease detail).
+fn readyz(s: &ApiState, host_allowed: bool) -> ApiResponse {
+    let (code, mut doc) = readiness(s);
+    if !host_allowed {
+        doc.table_version = None;
+        doc.reason = None;
+        doc.providers.clear();
+    }
+    json_response(code, &doc)
+}
+
+fn readiness(s: &ApiState) -> (StatusCode, Readiness) {
     let providers: Vec<ProviderStatusBrief> = s
         .ext
         .get::<std::sync::Arc<ProviderBoard>>()
@@ -107,9 +119,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
     // (it still proxies).
     if let Some(reason) = s.ext.get::<ReadinessCheck>().and_then(|c| (c.0)(s)) {
         if s.ready.load(Ordering::Acquire) {
-            return json_response(
+            return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                &Readiness {
+                Readiness {
                     status: "no-lease".into(),
                     table_version: None,
                     reason: Some(reason),
@@ -119,9 +131,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
         }
     }
     if s.ready.load(Ordering::Acquire) {
-        json_response(
+        (
             StatusCode::OK,
-            &Readiness {
+            Readiness {
                 status: "ready".into(),
                 table_version: Some(s.store.load().version),
                 reason: None,
@@ -134,9 +146,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
         } else {
             "starting"
         };
-        json_response(
+        (
             StatusCode::SERVICE_UNAVAILABLE,
-            &Readiness {
+            Readiness {
                 status: status.into(),
                 table_version: None,
                 reason: None,

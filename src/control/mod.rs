@@ -6,6 +6,8 @@
 //!   each feature's handlers are passed in by `app` (see
 //!   `app::api_routes`).
 //! - `server`: the admin listener loop and request dispatch.
+//! - `guard`: the `Host` check (`admin.allowedHosts`, 421) and the refusal of
+//!   writes a page of another site could send (403).
 //! - `core`: the routes every weir serves (probes, `/metrics`,
 //!   `/openapi.json`, the event stream).
 //! - `auth`: bearer-token check in constant time.
@@ -20,6 +22,7 @@ pub mod api;
 pub mod auth;
 pub mod core;
 pub mod events;
+pub mod guard;
 pub mod server;
 
 /// The table store lives in the data-plane state layer; this is its name for

@@ -1,9 +1,11 @@
-//! Serving the admin API: the listener loop, path matching, authentication
-//! and the capped body read, then the matched handler.
+//! Serving the admin API: the listener loop, path matching, the `Host` and
+//! cross-site checks, authentication and the capped body read, then the
+//! matched handler.
 
 use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef};
 use super::api::{HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS};
 use super::auth::{self, Access, AuthResult};
+use super::guard;
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -151,9 +153,15 @@ async fn dispatch(
             }
         }
     }
+    // A name the API is not called by (DNS rebinding) learns nothing, the
+    // probes' up-or-ready aside.
+    let host_allowed = guard::host_allowed(&state.allowed_hosts, req.uri(), req.headers());
+    if !host_allowed && needs != Auth::Probe {
+        guard::check_host(&state.allowed_hosts, req.uri(), req.headers())?;
+    }
     // Authenticate before telling anything about paths.
     let mut access = Access::Write;
-    if needs != Auth::Public {
+    if !matches!(needs, Auth::Public | Auth::Probe) {
         let token = state.token.as_deref();
         match auth::check_with_peer(
             token,
@@ -224,11 +232,13 @@ async fn dispatch(
         return Err(e);
     };
     let (parts, body) = req.into_parts();
-    let is_write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let body = if is_write {
-        read_write_body(&parts.method, &parts.headers, body).await?
-    } else {
+    let body = if reads {
         Bytes::new()
+    } else {
+        // A write a page of another site could have sent is refused whatever
+        // the token: the token-less API on loopback is the packaged default.
+        guard::check_write(&parts.method, &parts.headers)?;
+        read_write_body(&parts.method, &parts.headers, body).await?
     };
     let api_req = ApiRequest {
         method: parts.method,
@@ -238,6 +248,7 @@ async fn dispatch(
         body,
         peer,
         access,
+        host_allowed,
     };
     (def.handler)(state, api_req).await
 }
@@ -273,9 +284,6 @@ async fn read_write_body(
                 .trim()
                 .to_ascii_lowercase()
         });
-    let json_ok = |m: &str| {
-        m == "application/json" || (*method == Method::PATCH && m == "application/merge-patch+json")
-    };
     let unsupported = |m: Option<&str>| {
         ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -288,7 +296,7 @@ async fn read_write_body(
         )
     };
     match media.as_deref() {
-        Some(m) if !json_ok(m) => return Err(unsupported(Some(m))),
+        Some(m) if !guard::is_json(method, m) => return Err(unsupported(Some(m))),
         None if matches!(*method, Method::PUT | Method::PATCH) => return Err(unsupported(None)),
         _ => {}
     }

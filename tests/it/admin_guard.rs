@@ -1,0 +1,436 @@
+//! The admin listener against clients it must not obey: requests by a name it is
+//! not called by (DNS rebinding, 421), writes a page of another site could send
+//! (403), and a real browser on another origin trying all of it.
+
+use crate::console::{cdp, lit};
+use crate::support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use support::*;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use weir::app::RunningApp;
+use weir::echo::EchoHandle;
+
+/// Longest wait for something that happens at once unless the server hangs.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// A route `app` (v1 / v2 slots) and a canary `app` that ticks every minute, so
+/// nothing moves unless a command moves it. `admin` is the admin section's body.
+fn config(blue: &EchoHandle, green: &EchoHandle, admin: &str) -> String {
+    format!(
+        "admin:\n  address: 127.0.0.1:0\n{admin}{}canaries:\n  - name: app\n    route: app\n    analysis:\n      interval: 1m\n      threshold: 2\n      maxWeight: 60\n      stepWeight: 20\n      metrics:\n        - name: request-success-rate\n          thresholdRange: {{ min: 99 }}\n          interval: 10s\n",
+        two_slot_config(blue.addr, green.addr, "")
+    )
+}
+
+async fn app_with(admin: &str) -> (RunningApp, EchoHandle, EchoHandle) {
+    let blue = echo("v1").await;
+    let green = echo("v2").await;
+    let app = proxy(&config(&blue, &green, admin)).await;
+    // The first tick initialises the canary (a table write): wait for it, so that
+    // from here on only a command changes anything.
+    wait_canary(&app, "app", BOUND, "the canary initialised", |s| {
+        s.phase.as_str() == "Initialized"
+    })
+    .await;
+    (app, blue, green)
+}
+
+/// A fresh temporary directory for one test.
+fn temp_dir(what: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "weir-admin-guard-{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// One request on a new connection, written as given: the answer.
+async fn exchange(addr: SocketAddr, raw: &str) -> Got {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(raw.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    read_response(&mut s, &mut buf, raw.starts_with("HEAD ")).await
+}
+
+/// `METHOD path` with `Host: host`, extra header lines and a body.
+fn request(method: &str, path: &str, host: &str, extra: &str, body: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn json_of(g: &Got) -> serde_json::Value {
+    serde_json::from_slice(&g.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&g.body)))
+}
+
+/// The canary's phase and whether it is paused, and the table version: what a
+/// write that got through would have changed.
+fn picture(app: &RunningApp) -> (String, bool, u64) {
+    let s = app.engine.status("app").expect("canary app");
+    (
+        s.phase.as_str().to_string(),
+        s.paused,
+        app.store.load().version,
+    )
+}
+
+#[tokio::test]
+async fn a_request_by_a_name_not_allowed_gets_421_and_changes_nothing() {
+    let (app, _b, _g) = app_with("").await;
+    let admin = app.admin_addr;
+    let port = admin.port();
+    let before = picture(&app);
+    let table = exchange(
+        admin,
+        &request("GET", "/api/v1/table", &admin.to_string(), "", ""),
+    )
+    .await;
+    assert_eq!(table.status, 200);
+    let body = String::from_utf8_lossy(&table.body).into_owned();
+
+    // A page of rebind.attacker.example re-pointed at 127.0.0.1 sends its own name.
+    let evil = format!("rebind.attacker.example:{port}");
+    let json = "Content-Type: application/json\r\n";
+    let put = exchange(admin, &request("PUT", "/api/v1/table", &evil, json, &body)).await;
+    assert_eq!(put.status, 421, "{}", String::from_utf8_lossy(&put.body));
+    let e = json_of(&put);
+    assert_eq!(e["error"], "misdirected-request", "{e}");
+    assert_eq!(e["field"], "Host", "{e}");
+    let reason = e["reason"].as_str().unwrap();
+    assert!(reason.contains("admin.allowedHosts"), "{reason}");
+    assert!(reason.contains("rebind.attacker.example"), "{reason}");
+    for (method, path) in [
+        ("GET", "/api/v1/table"),
+        ("GET", "/api/v1/canaries/app"),
+        ("POST", "/api/v1/canaries/app/pause"),
+        ("GET", "/ui/"),
+        ("GET", "/no/such/path"),
+    ] {
+        let extra = "X-Weir-Request: 1\r\n";
+        let r = exchange(admin, &request(method, path, &evil, extra, "")).await;
+        assert_eq!(r.status, 421, "{method} {path}");
+    }
+    assert_eq!(picture(&app), before, "nothing was written");
+
+    // The probes answer any name (health checks call by address), and tell such a
+    // caller nothing but up or ready.
+    let ready = exchange(admin, &request("GET", "/readyz", &evil, "", "")).await;
+    assert_eq!(ready.status, 200);
+    assert_eq!(json_of(&ready), serde_json::json!({"status": "ready"}));
+    let ready = exchange(admin, &request("GET", "/readyz", "localhost", "", "")).await;
+    assert_eq!(
+        json_of(&ready)["tableVersion"],
+        before.2,
+        "the full document"
+    );
+    let live = exchange(admin, &request("GET", "/healthz", &evil, "", "")).await;
+    assert_eq!(live.status, 200);
+
+    // The loopback names, with or without a port, are answered.
+    for host in [
+        format!("localhost:{port}"),
+        "LOCALHOST".to_string(),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = exchange(admin, &request("GET", "/api/v1/table", &host, "", "")).await;
+        assert_eq!(r.status, 200, "{host}");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_allowed_hosts_replaces_the_default_names() {
+    let (app, _b, _g) = app_with("  allowedHosts: [\"weir.internal\"]\n").await;
+    let admin = app.admin_addr;
+    let get = |host: String| async move {
+        exchange(admin, &request("GET", "/api/v1/table", &host, "", ""))
+            .await
+            .status
+    };
+    assert_eq!(get(format!("weir.internal:{}", admin.port())).await, 200);
+    assert_eq!(get("WEIR.internal.".into()).await, 200);
+    assert_eq!(get(admin.to_string()).await, 421);
+    assert_eq!(get("localhost".into()).await, 421);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_write_needs_json_or_the_weir_header_and_none_from_another_site_passes() {
+    let (app, _b, _g) = app_with("").await;
+    let admin = app.admin_addr;
+    let host = admin.to_string();
+    let before = picture(&app);
+    let pause = "/api/v1/canaries/app/pause";
+    let json = "Content-Type: application/json\r\n";
+    let refused = [
+        // What a cross-site `fetch(url, {method: "POST", mode: "no-cors"})` sends.
+        ("", "write-header-missing", "Content-Type"),
+        (
+            "Content-Type: text/plain\r\n",
+            "write-header-missing",
+            "Content-Type",
+        ),
+        (
+            "Content-Type: application/x-www-form-urlencoded\r\n",
+            "write-header-missing",
+            "Content-Type",
+        ),
+        (
+            "X-Weir-Request: yes\r\n",
+            "write-header-missing",
+            "Content-Type",
+        ),
+        (
+            "Content-Type: application/json\r\nSec-Fetch-Site: cross-site\r\n",
+            "cross-site",
+            "Sec-Fetch-Site",
+        ),
+        (
+            "X-Weir-Request: 1\r\nSec-Fetch-Site: cross-site\r\n",
+            "cross-site",
+            "Sec-Fetch-Site",
+        ),
+    ];
+    for (extra, error, field) in refused {
+        let r = exchange(admin, &request("POST", pause, &host, extra, "")).await;
+        assert_eq!(
+            r.status,
+            403,
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let e = json_of(&r);
+        assert_eq!(
+            (e["error"].as_str(), e["field"].as_str()),
+            (Some(error), Some(field)),
+            "{e}"
+        );
+        if error == "write-header-missing" {
+            let reason = e["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("X-Weir-Request: 1") && reason.contains("application/json"),
+                "{reason}"
+            );
+        }
+    }
+    // An Origin of another host or port than the Host's is refused, the same one passes.
+    let port = admin.port();
+    for origin in [
+        format!("http://localhost:{port}"),
+        format!("http://127.0.0.1:{}", port.wrapping_add(1)),
+        "null".to_string(),
+    ] {
+        let extra = format!("{json}Origin: {origin}\r\n");
+        let r = exchange(admin, &request("POST", pause, &host, &extra, "{}")).await;
+        assert_eq!(r.status, 403, "{origin}");
+        assert_eq!(json_of(&r)["field"], "Origin");
+    }
+    assert_eq!(picture(&app), before, "no refused write changed anything");
+
+    let extra = format!("{json}Origin: http://{host}\r\nSec-Fetch-Site: same-origin\r\n");
+    let r = exchange(admin, &request("POST", pause, &host, &extra, "")).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(app.engine.status("app").unwrap().paused);
+    let r = exchange(
+        admin,
+        &request(
+            "POST",
+            "/api/v1/canaries/app/resume",
+            &host,
+            "X-Weir-Request: 1\r\n",
+            "",
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 200, "a command needs no body with the header");
+    assert!(!app.engine.status("app").unwrap().paused);
+    app.shutdown().await;
+}
+
+/// A page server on another origin: every request gets an empty HTML page.
+async fn page_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                if read_head(&mut s, &mut buf).await.is_some() {
+                    let page = "<!doctype html><title>elsewhere</title><p>another site";
+                    let _ = s
+                        .write_all(
+                            format!(
+                                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                                page.len()
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What the page tries against the admin API at `api` (an absolute URL): every
+/// kind of write a page may send without the API's consent. Resolves to a list of
+/// `what: outcome` strings (an opaque answer, a status, or the refusal's error).
+fn attack(api: &str, table: &str) -> String {
+    format!(
+        r#"(async () => {{
+  const api = {api};
+  const out = [];
+  const run = async (what, url, init) => {{
+    try {{
+      const r = await fetch(api + url, init);
+      out.push(what + ': ' + (r.type === 'opaque' ? 'opaque' : r.status));
+    }} catch (e) {{
+      out.push(what + ': ' + e.name);
+    }}
+  }};
+  for (const cmd of ['pause', 'promote', 'abort']) {{
+    await run('no-cors POST ' + cmd, '/api/v1/canaries/app/' + cmd, {{method: 'POST', mode: 'no-cors'}});
+    await run('no-cors text/plain ' + cmd, '/api/v1/canaries/app/' + cmd,
+      {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}, body: '{{}}'}});
+  }}
+  await run('no-cors text/plain start', '/api/v1/canaries/app/start',
+    {{method: 'POST', mode: 'no-cors', headers: {{'Content-Type': 'text/plain'}}, body: '{{"revision":"v9","force":true}}'}});
+  await run('PUT json table', '/api/v1/table',
+    {{method: 'PUT', headers: {{'Content-Type': 'application/json'}}, body: {table}}});
+  await run('POST weir header pause', '/api/v1/canaries/app/pause',
+    {{method: 'POST', headers: {{'X-Weir-Request': '1'}}}});
+  return out;
+}})()"#,
+        api = lit(api),
+        table = lit(table),
+    )
+}
+
+/// A table that would send all traffic to the canary slot, as JSON.
+fn hostile_table(app: &RunningApp) -> String {
+    let mut t = serde_json::to_value(&app.store.load().spec.raw).unwrap();
+    t["routes"][0]["canaryWeight"] = serde_json::json!(100);
+    t.to_string()
+}
+
+#[tokio::test]
+async fn a_browser_page_of_another_site_changes_nothing_with_or_without_a_token() {
+    if !tool_available(
+        "chromium",
+        "a_browser_page_of_another_site_changes_nothing_with_or_without_a_token",
+        "apt-get install chromium",
+    ) {
+        return;
+    }
+    let dir = temp_dir("browser");
+    std::fs::write(dir.join("token"), "browser-admin-token-0123456789\n").unwrap();
+    let page = page_server().await;
+    let mut b = cdp::Browser::launch_with(&[
+        // What DNS rebinding gives: a name of the attacker's that resolves to loopback.
+        "--host-resolver-rules=MAP rebind.attacker.example 127.0.0.1",
+    ])
+    .await;
+    for token in [false, true] {
+        let admin = if token {
+            format!("  tokenFile: {}\n", dir.join("token").display())
+        } else {
+            String::new()
+        };
+        let (app, _b, _g) = app_with(&admin).await;
+        let before = picture(&app);
+        let table = hostile_table(&app);
+        // localhost and 127.0.0.1 are different sites: the page is cross-site.
+        let tab = b
+            .tab(&format!("http://localhost:{}/", page.port()), 800, 600)
+            .await;
+        tab.wait(
+            &mut b,
+            "the other site's page",
+            "document.title === 'elsewhere'",
+            BOUND,
+        )
+        .await;
+        let api = format!("http://127.0.0.1:{}", app.admin_addr.port());
+        let out = tab.eval(&mut b, &attack(&api, &table)).await;
+        let out: Vec<String> = serde_json::from_value(out).unwrap();
+        // Sent (opaque) or blocked by the browser (no CORS), never obeyed.
+        for line in &out {
+            assert!(
+                line.ends_with(": opaque") || line.ends_with(": TypeError"),
+                "token {token}: {line} ({out:#?})"
+            );
+        }
+        assert_eq!(picture(&app), before, "token {token}: {out:#?}");
+
+        // DNS rebinding: the page is same-origin with the API in the browser's eyes,
+        // so it could read and write, but it calls it by its own name.
+        let port = app.admin_addr.port();
+        let rebound = b
+            .tab(
+                &format!("http://rebind.attacker.example:{port}/ui/"),
+                800,
+                600,
+            )
+            .await;
+        rebound
+            .wait(&mut b, "the rebound page", "document.readyState === 'complete' && location.hostname === 'rebind.attacker.example'", BOUND)
+            .await;
+        let out = rebound.eval(&mut b, &attack("", &table)).await;
+        let out: Vec<String> = serde_json::from_value(out).unwrap();
+        let same_origin: Vec<&String> = out
+            .iter()
+            .filter(|l| l.starts_with("PUT") || l.starts_with("POST weir"))
+            .collect();
+        assert_eq!(same_origin.len(), 2, "{out:#?}");
+        for l in same_origin {
+            assert!(l.ends_with(": 421"), "token {token}: {l} ({out:#?})");
+        }
+        let read = rebound
+            .eval(&mut b, "fetch('/api/v1/table').then(r => r.status)")
+            .await;
+        assert_eq!(read, 421, "token {token}: the table is not readable either");
+        assert_eq!(picture(&app), before, "token {token}: {out:#?}");
+
+        // The console, on the API's own origin, still writes (with the token when
+        // one is configured).
+        let console = b
+            .tab(&format!("http://{}/ui/", app.admin_addr), 800, 600)
+            .await;
+        console
+            .wait(
+                &mut b,
+                "the console",
+                "typeof weirConsole === 'object'",
+                BOUND,
+            )
+            .await;
+        let auth = if token {
+            "'Authorization': 'Bearer browser-admin-token-0123456789', "
+        } else {
+            ""
+        };
+        let status = console
+            .eval(
+                &mut b,
+                &format!("fetch('/api/v1/canaries/app/pause', {{method: 'POST', headers: {{{auth}'X-Weir-Request': '1'}}}}).then(r => r.status)"),
+            )
+            .await;
+        assert_eq!(status, 200, "token {token}");
+        assert!(app.engine.status("app").unwrap().paused, "token {token}");
+        app.shutdown().await;
+    }
+    b.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
