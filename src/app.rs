@@ -215,6 +215,8 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             .and_then(|c| c.peer_token.as_ref())
             .map(|t| t.0.clone()),
         allowed_hosts,
+        body_timeout: cfg.admin.body_timeout,
+        event_streams: crate::control::events::StreamCounts::new(api::MAX_EVENT_STREAMS_PER_CLIENT),
         ready: ready.clone(),
         shutdown: rx.clone(),
         ext: {

@@ -4,15 +4,17 @@
 //! may do).
 
 use super::api::{
-    full, json_response, raw_json, ApiResponse, ApiState, Auth, ReadinessCheck, RouteDef,
+    full, json_response, raw_json, ApiError, ApiResponse, ApiState, Auth, ReadinessCheck, RouteDef,
 };
 use super::api::{OPENAPI_JSON, SSE_KEEPALIVE};
+use super::events::StreamSlot;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
@@ -83,7 +85,7 @@ pub static ROUTES: &[RouteDef] = &[
         method: Method::GET,
         path: "/api/v1/events",
         auth: Auth::Token,
-        handler: |s, _| Box::pin(async move { Ok(events(&s)) }),
+        handler: |s, r| Box::pin(async move { events(&s, r.peer) }),
     },
 ];
 
@@ -171,6 +173,8 @@ fn metrics(s: &ApiState) -> ApiResponse {
 /// A body fed by a channel (the SSE stream); ends when the sender is gone.
 struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
+    /// The client's place among its streams, given back with the body.
+    _slot: StreamSlot,
 }
 
 impl Body for ChannelBody {
@@ -185,7 +189,25 @@ impl Body for ChannelBody {
     }
 }
 
-fn events(s: &ApiState) -> ApiResponse {
+/// `/api/v1/events`: the event stream, at most
+/// [`MAX_EVENT_STREAMS_PER_CLIENT`](super::api::MAX_EVENT_STREAMS_PER_CLIENT)
+/// open per client address (429 beyond).
+fn events(s: &ApiState, peer: SocketAddr) -> Result<ApiResponse, ApiError> {
+    let Some(slot) = s.event_streams.open(peer.ip()) else {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-streams",
+            None,
+            format!(
+                "{} already holds {} event streams, the most one client may; close one first",
+                peer.ip(),
+                s.event_streams.limit()
+            ),
+        );
+        e.headers
+            .push((http::header::RETRY_AFTER, HeaderValue::from_static("5")));
+        return Err(e);
+    };
     // Subscribe before answering so that nothing published after the client
     // has seen the response head is missed.
     let mut rx = s.events.subscribe();
@@ -223,7 +245,13 @@ fn events(s: &ApiState) -> ApiResponse {
             }
         }
     });
-    let mut r = Response::new(ChannelBody { rx: body_rx }.boxed());
+    let mut r = Response::new(
+        ChannelBody {
+            rx: body_rx,
+            _slot: slot,
+        }
+        .boxed(),
+    );
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(
@@ -231,5 +259,5 @@ fn events(s: &ApiState) -> ApiResponse {
         HeaderValue::from_static("no-cache"),
     );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+    Ok(r)
 }

@@ -6,6 +6,8 @@
 //!   each feature's handlers are passed in by `app` (see
 //!   `app::api_routes`).
 //! - `server`: the admin listener loop and request dispatch.
+//! - `conns`: the open admin connections, and which idle one gives way when
+//!   the listener is full.
 //! - `guard`: the `Host` check (`admin.allowedHosts`, 421) and the refusal of
 //!   writes a page of another site could send (403).
 //! - `core`: the routes every weir serves (probes, `/metrics`,
@@ -20,6 +22,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod conns;
 pub mod core;
 pub mod events;
 pub mod guard;

@@ -1,6 +1,8 @@
-//! The admin listener against clients it must not obey: requests by a name it is
-//! not called by (DNS rebinding, 421), writes a page of another site could send
-//! (403), and a real browser on another origin trying all of it.
+//! The admin listener against clients it must not obey or must not wait for:
+//! requests by a name it is not called by (DNS rebinding, 421), writes a page of
+//! another site could send (403), idle and half-sent connections at capacity,
+//! slow bodies (408), one client's event streams (429), and a real browser
+//! on another origin trying the writes.
 
 use crate::console::{cdp, lit};
 use crate::support;
@@ -10,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use support::*;
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use weir::app::RunningApp;
 use weir::echo::EchoHandle;
 
@@ -255,6 +257,132 @@ async fn a_write_needs_json_or_the_weir_header_and_none_from_another_site_passes
     .await;
     assert_eq!(r.status, 200, "a command needs no body with the header");
     assert!(!app.engine.status("app").unwrap().paused);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_connections_give_way_to_a_request_when_the_listener_is_full() {
+    use weir::control::api::{HEADER_READ_TIMEOUT, MAX_CONNECTIONS};
+    let (app, _b, _g) = app_with("").await;
+    let admin = app.admin_addr;
+    // More connections than there are slots, none of which ever sends a byte.
+    let n = MAX_CONNECTIONS + 44;
+    let mut idle = Vec::with_capacity(n);
+    for _ in 0..n {
+        idle.push(TcpStream::connect(admin).await.unwrap());
+    }
+    // Before idle connections were shed, this waited for their header timeout: the
+    // bound is only exceeded by such a wait.
+    let ready = tokio::time::timeout(
+        HEADER_READ_TIMEOUT / 2,
+        exchange(admin, &request("GET", "/readyz", "127.0.0.1", "", "")),
+    )
+    .await
+    .expect("/readyz answers while idle connections fill the listener");
+    assert_eq!(ready.status, 200);
+    // The longest idle ones were closed to make room: at least one per newcomer
+    // beyond the slots (the probe included).
+    let closed_at_least = n + 1 - MAX_CONNECTIONS;
+    let closed = || {
+        idle.iter()
+            .filter(|s| {
+                let mut b = [0u8; 1];
+                matches!(s.try_read(&mut b), Ok(0))
+            })
+            .count()
+    };
+    let shed = eventually(BOUND, || {
+        let c = closed();
+        async move { c >= closed_at_least }
+    })
+    .await;
+    assert!(shed, "only {} idle connections closed", closed());
+    drop(idle);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_gets_408_and_frees_its_connection() {
+    let (app, _b, _g) = app_with("  bodyTimeout: 300ms\n").await;
+    let admin = app.admin_addr;
+    let before = picture(&app);
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    s.write_all(
+        format!(
+            "PUT /api/v1/table HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let r = read_response(&mut s, &mut buf, false).await;
+    assert_eq!(r.status, 408, "{}", String::from_utf8_lossy(&r.body));
+    assert!(header(&r.head, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close")));
+    let e: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(e["error"], "request-timeout");
+    assert!(
+        e["reason"].as_str().unwrap().contains("admin.bodyTimeout"),
+        "{e}"
+    );
+    // The server closed the connection: its slot is free again.
+    let mut rest = [0u8; 64];
+    let n = tokio::time::timeout(BOUND, s.read(&mut rest))
+        .await
+        .expect("the connection is closed")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "nothing more on the connection");
+    assert_eq!(picture(&app), before);
+    app.shutdown().await;
+}
+
+/// Opens `GET /api/v1/events` from `local`: the connection, the status and the
+/// response head, and what arrived after the head.
+async fn open_stream(admin: SocketAddr, local: &str) -> (TcpStream, u16, String, Vec<u8>) {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+    let mut s = socket.connect(admin).await.unwrap();
+    s.write_all(format!("GET /api/v1/events HTTP/1.1\r\nHost: {admin}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut s, &mut buf).await.expect("a response head");
+    let status = head[9..12].parse().unwrap();
+    (s, status, head, buf)
+}
+
+#[tokio::test]
+async fn one_client_holds_at_most_eight_event_streams() {
+    use weir::control::api::MAX_EVENT_STREAMS_PER_CLIENT;
+    let (app, _b, _g) = app_with("").await;
+    let admin = app.admin_addr;
+    let mut streams = Vec::new();
+    for _ in 0..MAX_EVENT_STREAMS_PER_CLIENT {
+        let (s, status, head, _) = open_stream(admin, "127.0.0.1").await;
+        assert_eq!(status, 200, "{head}");
+        streams.push(s);
+    }
+    let (mut s, status, head, mut rest) = open_stream(admin, "127.0.0.1").await;
+    assert_eq!(status, 429, "{head}");
+    assert!(header(&head, "retry-after").is_some(), "{head}");
+    let len: usize = header(&head, "content-length").unwrap().parse().unwrap();
+    while rest.len() < len {
+        assert!(more(&mut s, &mut rest).await, "the error body");
+    }
+    let e: serde_json::Value = serde_json::from_slice(&rest[..len]).unwrap();
+    assert_eq!(e["error"], "too-many-streams", "{e}");
+    // Another client address has places of its own.
+    let (_other, status, head, _) = open_stream(admin, "127.0.0.2").await;
+    assert_eq!(status, 200, "{head}");
+    // A closed stream gives its place back.
+    drop(streams.pop());
+    let reopened = eventually(BOUND, || async move {
+        let (s, status, _, _) = open_stream(admin, "127.0.0.1").await;
+        drop(s);
+        status == 200
+    })
+    .await;
+    assert!(reopened, "the closed stream's place never came back");
     app.shutdown().await;
 }
 
