@@ -90,6 +90,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     if cfg.listeners.is_empty() {
         return Err("no listeners configured".into());
     }
+    crate::control::auth::warn_readable_token_files(&cfg.admin.token_files);
     let mut bound = Vec::new();
     for l in &cfg.listeners {
         // Certificates are loaded before anything binds: a bad file fails the start.

@@ -1,8 +1,8 @@
 //! The admin listener against clients it must not obey or must not wait for:
 //! requests by a name it is not called by (DNS rebinding, 421), writes a page of
 //! another site could send (403), idle and half-sent connections at capacity,
-//! slow bodies (408), one client's event streams (429), and a real browser
-//! on another origin trying the writes.
+//! slow bodies (408), one client's event streams (429), token files others can
+//! read, and a real browser on another origin trying all of it.
 
 use crate::console::{cdp, lit};
 use crate::support;
@@ -384,6 +384,64 @@ async fn one_client_holds_at_most_eight_event_streams() {
     .await;
     assert!(reopened, "the closed stream's place never came back");
     app.shutdown().await;
+}
+
+/// Starts `weir serve` on a config whose admin token file has mode `0644` and
+/// whose read-only token file has `0600`; reads stderr to the admin listener's line.
+#[cfg(unix)]
+#[test]
+fn a_token_file_others_can_read_is_warned_about_at_start() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+    let dir = temp_dir("perm");
+    let loose = dir.join("admin-token");
+    let tight = dir.join("read-token");
+    std::fs::write(&loose, "admin-token-0123456789\n").unwrap();
+    std::fs::write(&tight, "read-token-0123456789\n").unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&tight, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.join("weir.yaml");
+    std::fs::write(
+        &config,
+        "listeners:\n  - name: web\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:0\n  tokenFile: admin-token\n  readOnlyTokenFile: read-token\nbackends:\n  b: { endpoints: [\"127.0.0.1:9\"] }\nroutes:\n  - name: r\n    primary: b\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg("-c")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn weir");
+    let mut lines = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.expect("a log line");
+        let done = line.contains("admin API listening");
+        lines.push(line);
+        if done || lines.len() > 50 {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let warned: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("WARN") && l.contains("token file"))
+        .collect();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one warning, for the loose file: {lines:#?}"
+    );
+    let w = warned[0];
+    assert!(w.contains(&loose.display().to_string()), "{w}");
+    assert!(w.contains("0644") && w.contains("admin.tokenFile"), "{w}");
+    assert!(!w.contains("read-token"), "{w}");
 }
 
 /// A page server on another origin: every request gets an empty HTML page.
