@@ -21,6 +21,9 @@ use tokio::sync::Notify;
 #[derive(Default)]
 pub struct Conns {
     inner: Mutex<Inner>,
+    /// Woken whenever a connection turns idle after a request: a listener
+    /// waiting for a slot may shed it.
+    idle_again: Notify,
 }
 
 #[derive(Default)]
@@ -83,11 +86,17 @@ impl Drop for RequestGuard {
         let mut g = self.conns.lock();
         g.seq += 1;
         let seq = g.seq;
+        let mut idle = false;
         if let Some(e) = g.open.get_mut(&self.id) {
             e.in_flight = e.in_flight.saturating_sub(1);
             if e.in_flight == 0 {
                 e.idle_since = Some(seq);
+                idle = true;
             }
+        }
+        drop(g);
+        if idle {
+            self.conns.idle_again.notify_waiters();
         }
     }
 }
@@ -138,6 +147,12 @@ impl Conns {
             conns: self.clone(),
             id,
         }
+    }
+
+    /// Resolves when a connection turns idle after this is enabled (a
+    /// connection registered idle does not count: it was idle when looked at).
+    pub fn idle_again(&self) -> tokio::sync::futures::Notified<'_> {
+        self.idle_again.notified()
     }
 
     /// Tells the longest-idle connection to close; false when none is idle.
@@ -200,6 +215,25 @@ mod tests {
         drop((a, b, d));
         assert_eq!(c.counts(), (0, 0));
         assert!(!c.shed_oldest_idle());
+    }
+
+    #[test]
+    fn a_listener_waiting_for_a_slot_hears_of_a_connection_turning_idle() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let c = Conns::new();
+        let a = c.register();
+        let busy = c.request_started(a.id);
+        rt.block_on(async {
+            let idle = c.idle_again();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            assert!(!c.shed_oldest_idle(), "nothing idle yet");
+            drop(busy);
+            idle.await;
+        });
+        assert!(c.shed_oldest_idle());
     }
 
     #[test]

@@ -54,21 +54,26 @@ pub async fn serve(
             },
             _ = shutdown.changed() => break,
         };
-        let permit = match slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                let shed = conns.shed_oldest_idle();
-                let (open, idle) = conns.counts();
-                tracing::debug!(target: "weir::admin", %peer, open, idle, shed, "admin listener full");
-                tokio::select! {
-                    p = slots.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
-                    _ = shutdown.changed() => break,
-                }
+        // A slot: a free one, or one an idle connection gives up. When every
+        // connection is busy, wait; a connection turning idle meanwhile is shed
+        // then.
+        let permit = loop {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                break Some(p);
+            }
+            let idle_again = conns.idle_again();
+            tokio::pin!(idle_again);
+            idle_again.as_mut().enable();
+            let shed = conns.shed_oldest_idle();
+            let (open, idle) = conns.counts();
+            tracing::debug!(target: "weir::admin", %peer, open, idle, shed, "admin listener full");
+            tokio::select! {
+                p = slots.clone().acquire_owned() => break p.ok(),
+                _ = idle_again => continue,
+                _ = shutdown.changed() => break None,
             }
         };
+        let Some(permit) = permit else { break };
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(
             stream,
