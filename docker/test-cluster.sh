@@ -118,7 +118,7 @@ canaries=(c0 c1 c2)
 # api REPLICA METHOD PATH [BODY]: prints the body; sets API_STATUS (000: unreachable).
 api() {
   local r=$1 m=$2 p=$3 out
-  local args=(-sS --max-time 5 -X "$m" -H "Authorization: Bearer $token" -w '\n%{http_code}')
+  local args=(-sS --max-time 5 -X "$m" -H "Authorization: Bearer $token" -H 'X-Weir-Request: 1' -w '\n%{http_code}')
   [[ $# -ge 4 ]] && args+=(-H 'Content-Type: application/json' --data "$4")
   if ! out=$(curl "${args[@]}" "http://127.0.0.1:${admin_port[$r]}$p" 2>/dev/null); then
     API_STATUS=000

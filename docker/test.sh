@@ -146,7 +146,7 @@ for path in sys.argv[1:]:
 
 # api METHOD PATH [JSON]: sets API_STATUS (000 when unreachable) and API_BODY.
 api() {
-  local args=(-sS --max-time 10 -X "$1" -H "Authorization: Bearer $token" -w '\n%{http_code}')
+  local args=(-sS --max-time 10 -X "$1" -H "Authorization: Bearer $token" -H 'X-Weir-Request: 1' -w '\n%{http_code}')
   if [[ $# -ge 3 ]]; then args+=(-H 'Content-Type: application/json' --data "$3"); fi
   local out
   if ! out=$(curl "${args[@]}" "http://127.0.0.1:$admin_port$2" 2>&1); then

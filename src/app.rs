@@ -90,6 +90,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
     if cfg.listeners.is_empty() {
         return Err("no listeners configured".into());
     }
+    crate::control::auth::warn_readable_token_files(&cfg.admin.token_files);
     let mut bound = Vec::new();
     for l in &cfg.listeners {
         // Certificates are loaded before anything binds: a bad file fails the start.
@@ -210,6 +211,7 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
         ));
     }
     let ready = Arc::new(AtomicBool::new(false));
+    let allowed_hosts = admin_allowed_hosts(&cfg, admin_addr);
     let state = Arc::new(ApiState {
         store: store.clone(),
         routes: api_routes().collect(),
@@ -222,6 +224,9 @@ pub async fn start(cfg: Config) -> Result<RunningApp, String> {
             .as_ref()
             .and_then(|c| c.peer_token.as_ref())
             .map(|t| t.0.clone()),
+        allowed_hosts,
+        body_timeout: cfg.admin.body_timeout,
+        event_streams: crate::control::events::StreamCounts::new(api::MAX_EVENT_STREAMS_PER_CLIENT),
         ready: ready.clone(),
         shutdown: rx.clone(),
         ext: {
@@ -273,14 +278,7 @@ async fn start_cluster(
         .name
         .clone()
         .unwrap_or_else(|| crate::cluster::default_name(admin_addr.port()));
-    let api_url = settings.api_url.clone().unwrap_or_else(|| {
-        if admin_addr.ip().is_unspecified() {
-            let host = crate::cluster::default_name(admin_addr.port());
-            format!("http://{host}")
-        } else {
-            format!("http://{admin_addr}")
-        }
-    });
+    let api_url = advertised_api_url(settings, admin_addr);
     let canaries = cfg.canaries.iter().map(|c| c.raw.name.clone()).collect();
     tracing::info!(target: "weir::cluster", replica = %name, %api_url, etcd = ?settings.etcd, "joining the fleet");
     crate::cluster::Cluster::join(crate::cluster::ClusterOptions {
@@ -290,6 +288,37 @@ async fn start_cluster(
         canaries,
     })
     .await
+}
+
+/// The `Host` values the admin API answers: `admin.allowedHosts` (or its
+/// defaults) and, in a fleet, the host of this replica's advertised URL, by
+/// which the other replicas call it.
+fn admin_allowed_hosts(
+    cfg: &Config,
+    admin_addr: SocketAddr,
+) -> crate::config::admin_hosts::AllowedHosts {
+    let mut allowed = cfg.admin.allowed_hosts.clone();
+    if let Some(settings) = &cfg.cluster {
+        allowed.add_url(&advertised_api_url(settings, admin_addr));
+    }
+    allowed
+}
+
+/// The control-API URL this replica gives the others: `cluster.apiUrl`, or
+/// `http://<admin address>` (the hostname when the admin listener binds every
+/// interface).
+fn advertised_api_url(
+    settings: &crate::cluster::ClusterSettings,
+    admin_addr: SocketAddr,
+) -> String {
+    settings.api_url.clone().unwrap_or_else(|| {
+        if admin_addr.ip().is_unspecified() {
+            let host = crate::cluster::default_name(admin_addr.port());
+            format!("http://{host}")
+        } else {
+            format!("http://{admin_addr}")
+        }
+    })
 }
 
 /// Publishes every ownership event on the control API's bus (SSE kind `cluster`).
@@ -324,5 +353,33 @@ async fn metrics_upkeep(metrics: Arc<Metrics>, mut shutdown: watch::Receiver<boo
             _ = tick.tick() => metrics.upkeep(),
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        let yaml = format!(
+            "listeners:\n  - name: web\n    address: 127.0.0.1:0\nadmin:\n  address: 127.0.0.1:9901\nbackends:\n  b: {{ endpoints: [\"127.0.0.1:9\"] }}\nroutes:\n  - name: r\n    primary: b\n{extra}"
+        );
+        crate::config::parse_yaml(&yaml, "t.yaml", std::path::Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn a_replica_answers_the_name_the_others_call_it_by() {
+        let admin: SocketAddr = "127.0.0.1:9901".parse().unwrap();
+        let alone = admin_allowed_hosts(&config(""), admin);
+        assert_eq!(alone.describe(), "localhost, 127.0.0.1, ::1");
+        let fleet =
+            config("cluster:\n  etcd: [\"http://127.0.0.1:2379\"]\n  apiUrl: http://r1:9901\n");
+        let allowed = admin_allowed_hosts(&fleet, admin);
+        assert!(allowed.allows("r1", Some(9901)));
+        assert!(!allowed.allows("r2", Some(9901)));
+        // Without apiUrl, the advertised URL is the admin address: loopback here.
+        let fleet = config("cluster:\n  etcd: [\"http://127.0.0.1:2379\"]\n");
+        let allowed = admin_allowed_hosts(&fleet, admin);
+        assert!(allowed.allows("127.0.0.1", Some(9901)));
     }
 }

@@ -28,7 +28,9 @@
 //! - [`wire`]: the admin API's JSON documents as types (Serialize + Deserialize), shared by the server and its clients.
 //! - [`reload`]: SIGHUP re-reads the config file and applies its routing table (never a canary-driven route, never an invalid file).
 //! - [`control`]: the admin API framework (listener, route table, auth, errors, JSON helpers,
-//!   OpenAPI), its core routes and the event bus.
+//!   OpenAPI), its core routes and the event bus; the `Host` and cross-site checks
+//!   (`control::guard`) and the connection slots that idle connections give up
+//!   (`control::conns`).
 //! - [`table_api`]: the admin API's table, route, backend and stats handlers.
 //! - [`ctl`]: `weir ctl`, the command-line client of the admin API (its canary commands in `ctl::canaries`,
 //!   the live view of one release in `ctl::live`, `deploy` in `ctl::deploy`).

@@ -16,6 +16,7 @@
 //! `headers`); what it validates for the layers above lives here too
 //! ([`cluster`] settings, [`tls`] file loading, the raw [`affinity`] rule).
 
+pub mod admin_hosts;
 pub mod affinity;
 pub mod cluster;
 mod cluster_etcd;

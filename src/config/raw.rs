@@ -299,6 +299,16 @@ pub struct RawAdmin {
     /// console) but never write; needs `tokenFile`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only_token_file: Option<String>,
+    /// The names and addresses clients may put in `Host` (each optionally with
+    /// `:port`, `*` for any); other requests answer 421. Default: `localhost`,
+    /// `127.0.0.1`, `::1` and the listen address. A fleet replica's own
+    /// `cluster.apiUrl` host is always added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// How long a client has to send a request's whole body, from its head on
+    /// (default 10s); over it: 408.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]

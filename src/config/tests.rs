@@ -405,6 +405,76 @@ fn a_read_only_token_needs_a_writing_token_of_its_own() {
 }
 
 #[test]
+fn admin_allowed_hosts_and_body_timeout_default_and_name_their_field() {
+    let c = parse_yaml(GOOD, "t.yaml", Path::new(".")).unwrap();
+    assert_eq!(
+        c.admin.allowed_hosts.describe(),
+        "localhost, 127.0.0.1, ::1"
+    );
+    assert_eq!(c.admin.body_timeout, std::time::Duration::from_secs(10));
+    let with = |admin: &str| {
+        GOOD.replacen(
+            "routes:",
+            &format!("admin:\n  address: 127.0.0.1:9901\n{admin}routes:"),
+            1,
+        )
+    };
+    let c = parse_yaml(
+        &with("  allowedHosts: [weir.internal, \"10.0.0.7:9901\", \"[fd00::1]\"]\n  bodyTimeout: 250ms\n"),
+        "t.yaml",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_eq!(
+        c.admin.allowed_hosts.describe(),
+        "weir.internal, 10.0.0.7:9901, fd00::1",
+        "a list replaces the defaults"
+    );
+    assert_eq!(c.admin.body_timeout, std::time::Duration::from_millis(250));
+    let c = parse_yaml(&with("  allowedHosts: [\"*\"]\n"), "t.yaml", Path::new(".")).unwrap();
+    assert!(c.admin.allowed_hosts.any);
+    for (admin, path, reason) in [
+        ("  allowedHosts: []\n", "admin.allowedHosts", "at least one"),
+        (
+            "  allowedHosts: [ok.example, \"bad host\"]\n",
+            "admin.allowedHosts[1]",
+            "expected a host name",
+        ),
+        (
+            "  allowedHosts: [\"h:99999\"]\n",
+            "admin.allowedHosts[0]",
+            "expected",
+        ),
+        ("  bodyTimeout: 0s\n", "admin.bodyTimeout", "greater than 0"),
+        ("  bodyTimeout: soon\n", "admin.bodyTimeout", ""),
+    ] {
+        let e = errors(&with(admin));
+        assert!(
+            e.errors
+                .iter()
+                .any(|x| x.path == path && x.reason.contains(reason)),
+            "{admin}: {e}"
+        );
+    }
+    // The listen address is answered by default.
+    let dir = std::env::temp_dir().join(format!("weir-config-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("w"), "write-token-0123456789\n").unwrap();
+    let public = GOOD.replacen(
+        "routes:",
+        "admin:\n  address: 10.1.2.3:9901\n  tokenFile: w\nroutes:",
+        1,
+    );
+    let c = parse_yaml(&public, "t.yaml", &dir).unwrap();
+    assert!(c.admin.allowed_hosts.allows("10.1.2.3", Some(9901)));
+    assert_eq!(
+        c.admin.token_files,
+        vec![("admin.tokenFile", dir.join("w"))]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn baseline_comparison_and_dry_run_compile_and_bad_settings_name_their_field() {
     let yaml = with_canary(
         r#"      stepWeight: 10

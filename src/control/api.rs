@@ -1,13 +1,17 @@
-//! The admin HTTP API framework (DESIGN §8): HTTP/1.1 + JSON on the admin
-//! listener. It knows none of the features it serves.
+//! The admin HTTP API framework: HTTP/1.1 + JSON on the admin listener. It
+//! knows none of the features it serves.
 //!
 //! # Shape
-//! - [`serve`] accepts connections (capped by a semaphore), serves HTTP/1.1
-//!   with a header-read timeout, and drains on shutdown (`control::server`).
+//! - [`serve`] accepts connections (at most [`MAX_CONNECTIONS`]; when full,
+//!   the longest-idle connection gives way, see `control::conns`), serves
+//!   HTTP/1.1 with a header-read timeout, and drains on shutdown
+//!   (`control::server`).
 //! - [`handle`] runs the fixed phases of every request: match the path
-//!   against [`ApiState::routes`] → authenticate → check the media type and
-//!   read the body (capped at [`MAX_BODY_BYTES`]) → call the handler → turn
-//!   an [`ApiError`] into the JSON error body `{error, field, reason}`.
+//!   against [`ApiState::routes`] → check the `Host` (421, see
+//!   `control::guard`) → authenticate → refuse a write a page of another site
+//!   could have sent (403) → check the media type and read the body (capped at
+//!   [`MAX_BODY_BYTES`], within [`ApiState::body_timeout`]) → call the handler
+//!   → turn an [`ApiError`] into the JSON error body `{error, field, reason}`.
 //! - Handlers are plain functions over [`ApiState`] and an [`ApiRequest`].
 //!
 //! # Extending
@@ -51,8 +55,14 @@ pub use super::server::{handle, match_template, serve};
 /// Largest request body accepted (413 above).
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
-/// Admin connections served at once; more wait in the accept queue.
+/// Admin connections open at once. A new connection beyond it closes the
+/// longest-idle one (no request in progress); when every one is busy it waits in
+/// the accept queue.
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// Event streams (`/api/v1/events`) one client address may hold open at once
+/// (429 beyond), so that no single client holds every connection slot.
+pub const MAX_EVENT_STREAMS_PER_CLIENT: usize = 8;
 
 /// Time a client has to send its request head.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,8 +88,13 @@ pub type Handler = fn(Arc<ApiState>, ApiRequest) -> HandlerFuture;
 /// Which tokens an endpoint takes when the API requires one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Auth {
-    /// None needed: the probes (`/healthz`, `/readyz`) and the console's files.
+    /// None needed: the console's files.
     Public,
+    /// None needed, and answered whatever the `Host` (a health check calls by
+    /// address): the probes `/healthz` and `/readyz`. Under a `Host` that
+    /// `admin.allowedHosts` does not list they say only up or ready
+    /// ([`ApiRequest::host_allowed`]).
+    Probe,
     /// The admin token (or, for a GET, the read-only token).
     Token,
     /// As [`Auth::Token`], or the peer token: the calls one replica's engine makes
@@ -117,6 +132,13 @@ pub struct ApiState {
     /// The token other replicas present (`cluster.peerTokenFile`), if configured:
     /// taken only on [`Auth::TokenOrPeer`] endpoints.
     pub peer_token: Option<String>,
+    /// The `Host` values answered (`admin.allowedHosts`, plus this replica's
+    /// `cluster.apiUrl` host); 421 for others.
+    pub allowed_hosts: crate::config::admin_hosts::AllowedHosts,
+    /// Time a write's body has to arrive, from its head on (`admin.bodyTimeout`).
+    pub body_timeout: Duration,
+    /// Open event streams per client address ([`MAX_EVENT_STREAMS_PER_CLIENT`]).
+    pub event_streams: Arc<super::events::StreamCounts>,
     /// True once every listener is bound and the table is loaded; false
     /// again while draining (`/readyz`).
     pub ready: Arc<AtomicBool>,
@@ -150,6 +172,9 @@ pub struct ApiRequest {
     pub peer: SocketAddr,
     /// What the presented token may do (`Write` on a public route).
     pub access: super::auth::Access,
+    /// The `Host` is on the allowed list (always true but on [`Auth::Probe`]
+    /// routes, which answer any).
+    pub host_allowed: bool,
 }
 
 impl ApiRequest {

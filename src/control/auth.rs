@@ -17,6 +17,7 @@
 
 use http::header::AUTHORIZATION;
 use http::HeaderMap;
+use std::path::PathBuf;
 
 pub use crate::wire::access::Access;
 
@@ -84,6 +85,38 @@ pub fn check_with_peer(
     }
 }
 
+/// Whether a file of unix permission bits `mode` may be read by users other
+/// than its owner (its group or everyone).
+pub fn readable_by_others(mode: u32) -> bool {
+    mode & 0o044 != 0
+}
+
+/// Logs a warning for each token file (by config field) that other users may
+/// read: whoever reads it may call the API with it. Called once at start.
+pub fn warn_readable_token_files(files: &[(&'static str, PathBuf)]) {
+    #[cfg(unix)]
+    for (field, path) in files {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if readable_by_others(mode) {
+            tracing::warn!(
+                target: "weir::admin",
+                field,
+                file = %path.display(),
+                mode = %format!("{mode:04o}"),
+                "token file {} ({field}) has mode {mode:04o}: other users may read the token; \
+                 make it readable by weir's user only (chmod 600)",
+                path.display()
+            );
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = files;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,6 +125,16 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(AUTHORIZATION, v.parse().unwrap());
         h
+    }
+
+    #[test]
+    fn group_or_world_read_bits_are_loose() {
+        assert!(!readable_by_others(0o600));
+        assert!(!readable_by_others(0o400));
+        assert!(!readable_by_others(0o700));
+        assert!(readable_by_others(0o640));
+        assert!(readable_by_others(0o604));
+        assert!(readable_by_others(0o644));
     }
 
     #[test]

@@ -4,15 +4,17 @@
 //! may do).
 
 use super::api::{
-    full, json_response, raw_json, ApiResponse, ApiState, Auth, ReadinessCheck, RouteDef,
+    full, json_response, raw_json, ApiError, ApiResponse, ApiState, Auth, ReadinessCheck, RouteDef,
 };
 use super::api::{OPENAPI_JSON, SSE_KEEPALIVE};
+use super::events::StreamSlot;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
@@ -28,7 +30,7 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/healthz",
-        auth: Auth::Public,
+        auth: Auth::Probe,
         handler: |_, _| {
             Box::pin(async {
                 Ok(json_response(
@@ -41,8 +43,8 @@ pub static ROUTES: &[RouteDef] = &[
     RouteDef {
         method: Method::GET,
         path: "/readyz",
-        auth: Auth::Public,
-        handler: |s, _| Box::pin(async move { Ok(readyz(&s)) }),
+        auth: Auth::Probe,
+        handler: |s, r| Box::pin(async move { Ok(readyz(&s, r.host_allowed)) }),
     },
     RouteDef {
         method: Method::GET,
@@ -83,12 +85,24 @@ pub static ROUTES: &[RouteDef] = &[
         method: Method::GET,
         path: "/api/v1/events",
         auth: Auth::Token,
-        handler: |s, _| Box::pin(async move { Ok(events(&s)) }),
+        handler: |s, r| Box::pin(async move { events(&s, r.peer) }),
     },
 ];
 
-/// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`).
-fn readyz(s: &ApiState) -> ApiResponse {
+/// `/readyz`: the wire type its clients parse (`wire::probe::Readiness`). Asked
+/// by a name `admin.allowedHosts` does not list, it answers the status alone
+/// (no table version, provider or lease detail).
+fn readyz(s: &ApiState, host_allowed: bool) -> ApiResponse {
+    let (code, mut doc) = readiness(s);
+    if !host_allowed {
+        doc.table_version = None;
+        doc.reason = None;
+        doc.providers.clear();
+    }
+    json_response(code, &doc)
+}
+
+fn readiness(s: &ApiState) -> (StatusCode, Readiness) {
     let providers: Vec<ProviderStatusBrief> = s
         .ext
         .get::<std::sync::Arc<ProviderBoard>>()
@@ -107,9 +121,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
     // (it still proxies).
     if let Some(reason) = s.ext.get::<ReadinessCheck>().and_then(|c| (c.0)(s)) {
         if s.ready.load(Ordering::Acquire) {
-            return json_response(
+            return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                &Readiness {
+                Readiness {
                     status: "no-lease".into(),
                     table_version: None,
                     reason: Some(reason),
@@ -119,9 +133,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
         }
     }
     if s.ready.load(Ordering::Acquire) {
-        json_response(
+        (
             StatusCode::OK,
-            &Readiness {
+            Readiness {
                 status: "ready".into(),
                 table_version: Some(s.store.load().version),
                 reason: None,
@@ -134,9 +148,9 @@ fn readyz(s: &ApiState) -> ApiResponse {
         } else {
             "starting"
         };
-        json_response(
+        (
             StatusCode::SERVICE_UNAVAILABLE,
-            &Readiness {
+            Readiness {
                 status: status.into(),
                 table_version: None,
                 reason: None,
@@ -159,6 +173,8 @@ fn metrics(s: &ApiState) -> ApiResponse {
 /// A body fed by a channel (the SSE stream); ends when the sender is gone.
 struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
+    /// The client's place among its streams, given back with the body.
+    _slot: StreamSlot,
 }
 
 impl Body for ChannelBody {
@@ -173,7 +189,25 @@ impl Body for ChannelBody {
     }
 }
 
-fn events(s: &ApiState) -> ApiResponse {
+/// `/api/v1/events`: the event stream, at most
+/// [`MAX_EVENT_STREAMS_PER_CLIENT`](super::api::MAX_EVENT_STREAMS_PER_CLIENT)
+/// open per client address (429 beyond).
+fn events(s: &ApiState, peer: SocketAddr) -> Result<ApiResponse, ApiError> {
+    let Some(slot) = s.event_streams.open(peer.ip()) else {
+        let mut e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-streams",
+            None,
+            format!(
+                "{} already holds {} event streams, the most one client may; close one first",
+                peer.ip(),
+                s.event_streams.limit()
+            ),
+        );
+        e.headers
+            .push((http::header::RETRY_AFTER, HeaderValue::from_static("5")));
+        return Err(e);
+    };
     // Subscribe before answering so that nothing published after the client
     // has seen the response head is missed.
     let mut rx = s.events.subscribe();
@@ -211,7 +245,13 @@ fn events(s: &ApiState) -> ApiResponse {
             }
         }
     });
-    let mut r = Response::new(ChannelBody { rx: body_rx }.boxed());
+    let mut r = Response::new(
+        ChannelBody {
+            rx: body_rx,
+            _slot: slot,
+        }
+        .boxed(),
+    );
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(
@@ -219,5 +259,5 @@ fn events(s: &ApiState) -> ApiResponse {
         HeaderValue::from_static("no-cache"),
     );
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    r
+    Ok(r)
 }

@@ -9,8 +9,10 @@
 
 use crate::dataplane::store::TableChanged;
 use serde::Serialize;
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use tokio::sync::{broadcast, watch};
 
@@ -98,6 +100,67 @@ impl EventBus {
     }
 }
 
+/// Open event streams per client address, capped.
+#[derive(Debug)]
+pub struct StreamCounts {
+    /// Streams one address may hold at once.
+    limit: usize,
+    /// Open streams by client address (entries at zero are removed).
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One open stream; its client's count goes down when it is dropped.
+#[derive(Debug)]
+pub struct StreamSlot {
+    counts: Arc<StreamCounts>,
+    client: IpAddr,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.counts.lock();
+        if let Some(n) = open.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
+}
+
+impl StreamCounts {
+    /// At most `limit` streams per client address.
+    pub fn new(limit: usize) -> Arc<StreamCounts> {
+        Arc::new(StreamCounts {
+            limit,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, usize>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The per-client limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A slot for one more stream of `client`, or `None` when it holds `limit`.
+    pub fn open(self: &Arc<Self>, client: IpAddr) -> Option<StreamSlot> {
+        let mut open = self.lock();
+        let n = open.entry(client).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            counts: self.clone(),
+            client,
+        })
+    }
+}
+
 /// SSE field values end at a newline; keep kinds to one safe token.
 fn sanitize_kind(kind: &str) -> String {
     let k: String = kind
@@ -157,6 +220,19 @@ pub async fn forward_table_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_are_capped_per_client_address() {
+        let counts = StreamCounts::new(2);
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let b: IpAddr = "127.0.0.2".parse().unwrap();
+        let s1 = counts.open(a).unwrap();
+        let _s2 = counts.open(a).unwrap();
+        assert!(counts.open(a).is_none());
+        let _other = counts.open(b).expect("another client has its own cap");
+        drop(s1);
+        assert!(counts.open(a).is_some(), "a closed stream frees its place");
+    }
 
     #[test]
     fn sse_framing_and_ids() {

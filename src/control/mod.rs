@@ -6,6 +6,10 @@
 //!   each feature's handlers are passed in by `app` (see
 //!   `app::api_routes`).
 //! - `server`: the admin listener loop and request dispatch.
+//! - `conns`: the open admin connections, and which idle one gives way when
+//!   the listener is full.
+//! - `guard`: the `Host` check (`admin.allowedHosts`, 421) and the refusal of
+//!   writes a page of another site could send (403).
 //! - `core`: the routes every weir serves (probes, `/metrics`,
 //!   `/openapi.json`, the event stream).
 //! - `auth`: bearer-token check in constant time.
@@ -18,8 +22,10 @@
 
 pub mod api;
 pub mod auth;
+pub mod conns;
 pub mod core;
 pub mod events;
+pub mod guard;
 pub mod server;
 
 /// The table store lives in the data-plane state layer; this is its name for

@@ -1,76 +1,195 @@
-//! Serving the admin API: the listener loop, path matching, authentication
-//! and the capped body read, then the matched handler.
+//! Serving the admin API: the listener loop (connection slots, shedding idle
+//! connections when full, the drain), path matching, the `Host` and
+//! cross-site checks, authentication and the capped, timed body read, then the
+//! matched handler.
 
-use super::api::{ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef};
+use super::api::{ApiBody, ApiError, ApiRequest, ApiResponse, ApiState, Auth, RouteDef};
 use super::api::{HEADER_READ_TIMEOUT, MAX_BODY_BYTES, MAX_CONNECTIONS};
 use super::auth::{self, Access, AuthResult};
+use super::conns::{Closing, Conns, RequestGuard};
+use super::guard;
 use bytes::Bytes;
-use http::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Serves the admin API on `listener` until `shutdown` turns true, then
 /// waits up to `drain` for open requests (SSE streams end on shutdown).
+///
+/// At most [`MAX_CONNECTIONS`] connections are open. A connection that arrives
+/// when all are taken closes the one idle longest (no request in progress:
+/// none sent yet, or between keep-alive requests) and takes its slot; only when
+/// every connection is answering a request does it wait.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<ApiState>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let conns = Conns::new();
+    // Every connection task holds a sender; the drain ends when all are gone.
+    let (alive, mut all_done) = mpsc::channel::<()>(1);
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(target: "weir::admin", error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
             },
             _ = shutdown.changed() => break,
         };
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(target: "weir::admin", error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let st = state.clone();
-                let svc = service_fn(move |req| handle(st.clone(), peer, req));
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    if let Err(e) = conn.await {
-                        tracing::debug!(target: "weir::admin", %peer, error = %e, "admin connection ended with error");
-                    }
-                });
+        // A slot: a free one, or one an idle connection gives up. When every
+        // connection is busy, wait; a connection turning idle meanwhile is shed
+        // then.
+        let permit = loop {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                break Some(p);
             }
-            _ = shutdown.changed() => break,
-        }
+            let idle_again = conns.idle_again();
+            tokio::pin!(idle_again);
+            idle_again.as_mut().enable();
+            let shed = conns.shed_oldest_idle();
+            let (open, idle) = conns.counts();
+            tracing::debug!(target: "weir::admin", %peer, open, idle, shed, "admin listener full");
+            tokio::select! {
+                p = slots.clone().acquire_owned() => break p.ok(),
+                _ = idle_again => continue,
+                _ = shutdown.changed() => break None,
+            }
+        };
+        let Some(permit) = permit else { break };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(
+            stream,
+            peer,
+            state.clone(),
+            conns.clone(),
+            shutdown.clone(),
+            (permit, alive.clone()),
+        ));
     }
     drop(listener);
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    drop(alive);
+    if tokio::time::timeout(drain, all_done.recv()).await.is_err() {
         tracing::warn!(target: "weir::admin", ?drain, "admin drain timeout reached");
+    }
+}
+
+/// One admin connection, from accept to close. `held` (its slot and its drain
+/// sender) is released when it ends.
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<ApiState>,
+    conns: Arc<Conns>,
+    mut shutdown: watch::Receiver<bool>,
+    held: (tokio::sync::OwnedSemaphorePermit, mpsc::Sender<()>),
+) {
+    let _held = held;
+    let me = conns.register();
+    let id = me.id;
+    let svc = {
+        let conns = conns.clone();
+        service_fn(move |req| {
+            let guard = conns.request_started(id);
+            handle_tracked(state.clone(), peer, req, guard)
+        })
+    };
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let mut closing = false;
+    // A stream opened while draining is closed like the others.
+    let mut draining = *shutdown.borrow_and_update();
+    loop {
+        if draining && !closing {
+            closing = true;
+            match conns.closing(id) {
+                Closing::Drop => return,
+                Closing::Graceful => conn.as_mut().graceful_shutdown(),
+            }
+        }
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(target: "weir::admin", %peer, error = %e, "admin connection ended with error");
+                }
+                return;
+            }
+            _ = me.shed.notified(), if !closing => {
+                tracing::debug!(target: "weir::admin", %peer, "idle admin connection closed to make room");
+                closing = true;
+                match conns.closing(id) {
+                    Closing::Drop => return,
+                    Closing::Graceful => conn.as_mut().graceful_shutdown(),
+                }
+            }
+            r = shutdown.changed(), if !draining => {
+                // A dropped sender also means the app is going away.
+                draining = r.is_err() || *shutdown.borrow();
+            }
+        }
+    }
+}
+
+/// [`handle`], the connection counting the request as busy until its response
+/// body has been sent.
+async fn handle_tracked(
+    state: Arc<ApiState>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+    guard: RequestGuard,
+) -> Result<ApiResponse, Infallible> {
+    let resp = handle(state, peer, req).await?;
+    let (parts, body) = resp.into_parts();
+    let body = Tracked {
+        inner: body,
+        _guard: guard,
+    };
+    Ok(ApiResponse::from_parts(parts, BodyExt::boxed(body)))
+}
+
+/// A response body that holds its request's [`RequestGuard`].
+struct Tracked {
+    inner: ApiBody,
+    _guard: RequestGuard,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -151,9 +270,15 @@ async fn dispatch(
             }
         }
     }
+    // A name the API is not called by (DNS rebinding) learns nothing, the
+    // probes' up-or-ready aside.
+    let host_allowed = guard::host_allowed(&state.allowed_hosts, req.uri(), req.headers());
+    if !host_allowed && needs != Auth::Probe {
+        guard::check_host(&state.allowed_hosts, req.uri(), req.headers())?;
+    }
     // Authenticate before telling anything about paths.
     let mut access = Access::Write;
-    if needs != Auth::Public {
+    if !matches!(needs, Auth::Public | Auth::Probe) {
         let token = state.token.as_deref();
         match auth::check_with_peer(
             token,
@@ -224,11 +349,13 @@ async fn dispatch(
         return Err(e);
     };
     let (parts, body) = req.into_parts();
-    let is_write = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let body = if is_write {
-        read_write_body(&parts.method, &parts.headers, body).await?
-    } else {
+    let body = if reads {
         Bytes::new()
+    } else {
+        // A write a page of another site could have sent is refused whatever
+        // the token: the token-less API on loopback is the packaged default.
+        guard::check_write(&parts.method, &parts.headers)?;
+        read_write_body(&parts.method, &parts.headers, body, state.body_timeout).await?
     };
     let api_req = ApiRequest {
         method: parts.method,
@@ -238,15 +365,18 @@ async fn dispatch(
         body,
         peer,
         access,
+        host_allowed,
     };
     (def.handler)(state, api_req).await
 }
 
-/// Checks the media type and reads a write's body, capped.
+/// Checks the media type and reads a write's body, capped at
+/// [`MAX_BODY_BYTES`] and within `timeout` (408, and the connection closes).
 async fn read_write_body(
     method: &Method,
     headers: &HeaderMap,
     body: Incoming,
+    timeout: Duration,
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
@@ -273,9 +403,6 @@ async fn read_write_body(
                 .trim()
                 .to_ascii_lowercase()
         });
-    let json_ok = |m: &str| {
-        m == "application/json" || (*method == Method::PATCH && m == "application/merge-patch+json")
-    };
     let unsupported = |m: Option<&str>| {
         ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -288,20 +415,37 @@ async fn read_write_body(
         )
     };
     match media.as_deref() {
-        Some(m) if !json_ok(m) => return Err(unsupported(Some(m))),
+        Some(m) if !guard::is_json(method, m) => return Err(unsupported(Some(m))),
         None if matches!(*method, Method::PUT | Method::PATCH) => return Err(unsupported(None)),
         _ => {}
     }
-    let bytes = match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-        Err(_) => {
+    let read = Limited::new(body, MAX_BODY_BYTES).collect();
+    let bytes = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
+        Ok(Err(_)) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad-request",
                 None,
                 "the request body could not be read",
             ))
+        }
+        Err(_) => {
+            let mut e = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request-timeout",
+                None,
+                format!(
+                    "the request body did not arrive within {} (admin.bodyTimeout)",
+                    humantime::format_duration(timeout)
+                ),
+            );
+            // The rest of the body is never read: the connection cannot carry
+            // another request.
+            e.headers
+                .push((CONNECTION, HeaderValue::from_static("close")));
+            return Err(e);
         }
     };
     if media.is_none() && !bytes.is_empty() {

@@ -68,11 +68,14 @@ pub struct Target {
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The token, and the header that marks a call of weir's own client (the API
+/// takes a command without a JSON body only with it).
 fn headers(t: &Target) -> Vec<(&'static str, String)> {
-    t.token
-        .as_ref()
-        .map(|tok| vec![("authorization", format!("Bearer {tok}"))])
-        .unwrap_or_default()
+    let mut h = vec![(crate::control::guard::WEIR_REQUEST_HEADER, "1".to_string())];
+    if let Some(tok) = &t.token {
+        h.push(("authorization", format!("Bearer {tok}")));
+    }
+    h
 }
 
 async fn call(

@@ -69,6 +69,9 @@ impl ApiClient {
         let mut b = Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path));
+        // Marks a call of weir's own client: the API takes a write without a
+        // JSON body (a command) only with it.
+        b = b.header(crate::control::guard::WEIR_REQUEST_HEADER, "1");
         if let Some(t) = &self.token {
             b = b.header(AUTHORIZATION, format!("Bearer {t}"));
         }

@@ -246,6 +246,7 @@ async fn forward(
     );
     let mut headers = vec![
         ("content-type", "application/json".to_string()),
+        (crate::control::guard::WEIR_REQUEST_HEADER, "1".to_string()),
         (FORWARDED_HEADER, cluster.name().to_string()),
     ];
     // The peer token, never the admin token: the owner is another process whose

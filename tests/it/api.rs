@@ -44,14 +44,16 @@ fn api_req(
     headers: &[(&str, &str)],
 ) -> http::Request<Full<Bytes>> {
     let mut b = http::Request::builder()
-        .method(method)
+        .method(method.clone())
         .uri(format!("http://{admin}{path}"));
-    if body.is_some()
-        && !headers
-            .iter()
-            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
-    {
+    let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    if body.is_some() && !has("content-type") {
         b = b.header("content-type", "application/json");
+    }
+    // A command without a body says it comes from a program, as weir's clients do.
+    let write = !matches!(method, Method::GET | Method::HEAD);
+    if body.is_none() && write && !has("content-type") && !has("x-weir-request") {
+        b = b.header("x-weir-request", "1");
     }
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -697,12 +699,23 @@ async fn renaming_a_route_by_patch_is_422() {
 }
 
 #[tokio::test]
-async fn non_json_write_is_415() {
+async fn non_json_write_is_403_or_with_the_weir_header_415() {
+    // A text/plain write is what a page of another site can send: refused as such.
     let e = assert_refused(
         Method::PATCH,
         "/api/v1/routes/app",
         r#"{"canaryWeight": 5}"#,
         &[("content-type", "text/plain")],
+        403,
+        Some("Content-Type"),
+    )
+    .await;
+    assert_eq!(e["error"], "write-header-missing");
+    let e = assert_refused(
+        Method::PATCH,
+        "/api/v1/routes/app",
+        r#"{"canaryWeight": 5}"#,
+        &[("content-type", "text/plain"), ("x-weir-request", "1")],
         415,
         Some("Content-Type"),
     )

@@ -1302,6 +1302,7 @@ async fn fleet_a_refused_command_is_a_409_for_the_original_caller() {
         "http://{}/api/v1/canaries/{c}/resume",
         apps[0].admin_addr
     ))
+    .header("x-weir-request", "1")
     .body(http_body_util::Full::new(bytes::Bytes::new()))
     .expect("request");
     let r = support::send(&support::client(), req).await;

@@ -74,6 +74,7 @@ async fn call(
     if let Some(t) = token {
         b = b.header("authorization", format!("Bearer {t}"));
     }
+    b = b.header("x-weir-request", "1");
     if body.is_some() {
         b = b.header("content-type", "application/json");
     }
@@ -238,8 +239,18 @@ pub(crate) mod cdp {
 
     impl Browser {
         pub async fn launch() -> Browser {
-            let profile =
-                std::env::temp_dir().join(format!("weir-console-chromium-{}", std::process::id()));
+            Browser::launch_with(&[]).await
+        }
+
+        /// [`Browser::launch`] with extra command-line switches.
+        pub async fn launch_with(extra: &[&str]) -> Browser {
+            // Tests run in parallel: each browser has a profile of its own.
+            static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let profile = std::env::temp_dir().join(format!(
+                "weir-console-chromium-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
             let _ = std::fs::remove_dir_all(&profile);
             let mut child = std::process::Command::new("chromium")
                 .args([
@@ -257,6 +268,7 @@ pub(crate) mod cdp {
                     "--disable-extensions",
                     "--password-store=basic",
                 ])
+                .args(extra)
                 .arg(format!("--user-data-dir={}", profile.display()))
                 .arg("about:blank")
                 .stdout(Stdio::null())

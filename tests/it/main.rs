@@ -13,6 +13,7 @@
 mod proto_support;
 mod support;
 
+mod admin_guard;
 mod affinity;
 mod alerts;
 mod api;

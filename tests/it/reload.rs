@@ -30,7 +30,8 @@ async fn served_by(proxy: SocketAddr, host: &str) -> String {
 /// GET on the admin API: (body as JSON, ETag without quotes).
 async fn admin_get(admin: SocketAddr, path: &str) -> (serde_json::Value, String) {
     let mut s = h1::<_, Full<Bytes>>(TcpStream::connect(admin).await.unwrap()).await;
-    let a = read_answer(s.send_request(get_req("admin", path)).await.unwrap()).await;
+    let host = admin.to_string();
+    let a = read_answer(s.send_request(get_req(&host, path)).await.unwrap()).await;
     assert_eq!(a.status, 200, "{path}: {}", a.text());
     let etag = a
         .headers

@@ -160,7 +160,8 @@ fn temp_dir(tag: &str) -> PathBuf {
 async fn api(app: &RunningApp, method: &str, path: &str, body: Option<&str>) -> Resp {
     let mut b = http::Request::builder()
         .method(method)
-        .uri(format!("http://{}{path}", app.admin_addr));
+        .uri(format!("http://{}{path}", app.admin_addr))
+        .header("x-weir-request", "1");
     if body.is_some() {
         b = b.header("content-type", "application/json");
     }

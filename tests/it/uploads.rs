@@ -47,7 +47,8 @@ routes:\n  - name: app\n    primary: app\n{route_extra}proxy:\n  http1FastPath: 
 async fn admin_get(app: &weir::app::RunningApp, path: &str) -> (u16, String) {
     let s = TcpStream::connect(app.admin_addr).await.unwrap();
     let mut c = h1::<_, Full<Bytes>>(s).await;
-    let a = read_answer(c.send_request(get_req("admin", path)).await.unwrap()).await;
+    let host = app.admin_addr.to_string();
+    let a = read_answer(c.send_request(get_req(&host, path)).await.unwrap()).await;
     (a.status, a.text())
 }
 

@@ -1,6 +1,7 @@
 //! Listeners (with TLS termination), the admin listener and the `proxy:` settings.
 
 use super::*;
+use crate::config::admin_hosts::{parse_entry, AllowedHosts};
 
 pub(super) fn validate_listeners(
     raw: &[RawListener],
@@ -121,16 +122,23 @@ pub(super) fn validate_listener_tls(
     ListenerTls { certificates }
 }
 
+/// Time a client has to send a request body to the admin API, by default.
+pub const DEFAULT_ADMIN_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub(super) fn validate_admin(
     raw: Option<&RawAdmin>,
     base: &Path,
     errs: &mut Errors,
 ) -> AdminConfig {
+    let default_address = SocketAddr::from(([127, 0, 0, 1], 9901));
     let default = AdminConfig {
-        address: SocketAddr::from(([127, 0, 0, 1], 9901)),
+        address: default_address,
         token: None,
         flagger_metrics: false,
         read_only_token: None,
+        allowed_hosts: AllowedHosts::defaults(default_address),
+        body_timeout: DEFAULT_ADMIN_BODY_TIMEOUT,
+        token_files: Vec::new(),
     };
     let Some(a) = raw else { return default };
     let address = match a.address.parse::<SocketAddr>() {
@@ -176,12 +184,54 @@ pub(super) fn validate_admin(
             );
         }
     }
+    let mut token_files = Vec::new();
+    if let Some(f) = &a.token_file {
+        token_files.push(("admin.tokenFile", base.join(f)));
+    }
+    if let Some(f) = &a.read_only_token_file {
+        token_files.push(("admin.readOnlyTokenFile", base.join(f)));
+    }
     AdminConfig {
         address,
         token,
         read_only_token,
         flagger_metrics: a.flagger_metrics.unwrap_or(false),
+        allowed_hosts: allowed_hosts(a.allowed_hosts.as_deref(), address, errs),
+        body_timeout: errs.duration(
+            "admin.bodyTimeout",
+            &a.body_timeout,
+            DEFAULT_ADMIN_BODY_TIMEOUT,
+        ),
+        token_files,
     }
+}
+
+/// `admin.allowedHosts`: the list given (`*` allows any name), or the loopback
+/// names and the listen address. An empty list would lock every client out, the
+/// probes aside: an error.
+fn allowed_hosts(raw: Option<&[String]>, listen: SocketAddr, errs: &mut Errors) -> AllowedHosts {
+    let Some(list) = raw else {
+        return AllowedHosts::defaults(listen);
+    };
+    if list.is_empty() {
+        errs.push(
+            "admin.allowedHosts",
+            "must name at least one host (leave it out for the loopback names and the listen \
+             address, or write \"*\" for any)",
+        );
+    }
+    let mut out = AllowedHosts {
+        any: false,
+        entries: Vec::new(),
+    };
+    for (i, h) in list.iter().enumerate() {
+        match parse_entry(h) {
+            Ok(Some(e)) => out.add(e),
+            Ok(None) => out.any = true,
+            Err(reason) => errs.push(format!("admin.allowedHosts[{i}]"), reason),
+        }
+    }
+    out
 }
 
 /// Reads a bearer token file (trimmed, at least 16 characters).

@@ -143,7 +143,7 @@ pub fn validate_all(
     let mut errs = Errors::new();
     lint::warn_ignored(&raw, &mut errs);
     let listeners = validate_listeners(&raw.listeners, base, &mut errs);
-    let admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
+    let mut admin = validate_admin(raw.admin.as_ref(), base, &mut errs);
     let proxy = validate_proxy(raw.proxy.as_ref(), &mut errs);
     let providers = validate_providers(raw.providers.as_ref(), base, &mut errs);
     let mut table_raw = RawTable {
@@ -204,6 +204,15 @@ pub fn validate_all(
         s.peer_token = listeners::peer_token(c, &admin, base, &mut errs);
         Some(s)
     });
+    if let Some(f) = raw
+        .cluster
+        .as_ref()
+        .and_then(|c| c.peer_token_file.as_ref())
+    {
+        admin
+            .token_files
+            .push(("cluster.peerTokenFile", base.join(f)));
+    }
     if !errs.0.is_empty() {
         return (Err(errs.0), errs.1);
     }

@@ -60,6 +60,14 @@ pub struct AdminConfig {
     pub flagger_metrics: bool,
     /// Read-only bearer token from `readOnlyTokenFile` (trimmed): GETs only.
     pub read_only_token: Option<String>,
+    /// `allowedHosts`: the `Host` values answered (421 otherwise).
+    pub allowed_hosts: crate::config::admin_hosts::AllowedHosts,
+    /// `bodyTimeout`: time for a request's whole body (408 over it).
+    pub body_timeout: Duration,
+    /// The files holding tokens (`admin.tokenFile`, `admin.readOnlyTokenFile`,
+    /// `cluster.peerTokenFile`), by field, resolved: checked at start for
+    /// permissions that let other users read them.
+    pub token_files: Vec<(&'static str, std::path::PathBuf)>,
 }
 
 /// Upstream endpoint choice within a backend.

@@ -136,8 +136,10 @@
 
   // ------------------------------------------------------------ API
 
+  // X-Weir-Request marks a call of this page: the API refuses a write without it
+  // (or a JSON body), which a page of another site cannot send.
   function headers(extra) {
-    const h = Object.assign({}, extra || {});
+    const h = Object.assign({ 'X-Weir-Request': '1' }, extra || {});
     if (S.token) h.Authorization = 'Bearer ' + S.token;
     return h;
   }

@@ -30,7 +30,12 @@ impl Remote {
     }
 
     fn headers(&self, extra: Option<(&'static str, String)>) -> Vec<(&'static str, String)> {
-        let mut h = vec![("accept", "application/json".to_string())];
+        let mut h = vec![
+            ("accept", "application/json".to_string()),
+            // Marks a call of weir itself: the API refuses writes without it or
+            // a JSON body.
+            (crate::control::guard::WEIR_REQUEST_HEADER, "1".to_string()),
+        ];
         if let Some(t) = &self.token {
             h.push(("authorization", format!("Bearer {t}")));
         }
