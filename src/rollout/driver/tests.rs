@@ -217,15 +217,32 @@ async fn the_run_history_and_the_plan_are_in_the_status_and_survive_a_restart() 
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The in-process plane, whose writes fail while `down` is set.
+/// An in-process table as a data plane (under its own id, or another replica's),
+/// whose writes fail while `down` is set and wait, while `held` is set, until the
+/// test releases them: a replica that is gone, or one that stopped answering.
 struct Flaky {
     inner: Arc<InProcess>,
+    id: Option<String>,
     down: AtomicBool,
+    held: AtomicBool,
+    release: tokio::sync::Notify,
+}
+
+impl Flaky {
+    fn new(inner: Arc<InProcess>, id: Option<&str>) -> Arc<Flaky> {
+        Arc::new(Flaky {
+            inner,
+            id: id.map(str::to_string),
+            down: AtomicBool::new(false),
+            held: AtomicBool::new(false),
+            release: tokio::sync::Notify::new(),
+        })
+    }
 }
 
 impl DataPlane for Flaky {
     fn id(&self) -> &str {
-        self.inner.id()
+        self.id.as_deref().unwrap_or_else(|| self.inner.id())
     }
     fn read_route<'a>(&'a self, route: &'a str) -> BoxFuture<'a, Result<RouteRead, DpError>> {
         self.inner.read_route(route)
@@ -236,15 +253,18 @@ impl DataPlane for Flaky {
         change: &'a RouteChange,
         def: &'a CanaryDef,
     ) -> BoxFuture<'a, Result<u64, DpError>> {
-        if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async {
-                Err(DpError {
+        Box::pin(async move {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(DpError {
                     plane: "flaky".into(),
                     reason: "down".into(),
-                })
-            });
-        }
-        self.inner.write_route(route, change, def)
+                });
+            }
+            if self.held.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            self.inner.write_route(route, change, def).await
+        })
     }
     fn stats<'a>(
         &'a self,
@@ -263,10 +283,7 @@ impl DataPlane for Flaky {
 async fn a_write_owed_to_a_down_plane_is_applied_once_it_is_back() {
     let cfg = config();
     let store = TableStore::new(cfg.table.clone());
-    let plane = Arc::new(Flaky {
-        inner: in_process(&store),
-        down: AtomicBool::new(false),
-    });
+    let plane = Flaky::new(in_process(&store), None);
     let en = Engine::start_on(
         vec![(def(&cfg), Fleet::new(vec![plane.clone()]))],
         EngineOptions {
@@ -610,48 +627,6 @@ async fn every_event_finds_its_traffic_on_the_data_plane() {
     }
 }
 
-/// Another replica's plane (an in-process table under another id) whose writes wait,
-/// while `held` is set, until the test releases them: a replica that stopped answering.
-struct Held {
-    inner: Arc<InProcess>,
-    id: String,
-    held: AtomicBool,
-    release: tokio::sync::Notify,
-}
-
-impl DataPlane for Held {
-    fn id(&self) -> &str {
-        &self.id
-    }
-    fn read_route<'a>(&'a self, route: &'a str) -> BoxFuture<'a, Result<RouteRead, DpError>> {
-        self.inner.read_route(route)
-    }
-    fn write_route<'a>(
-        &'a self,
-        route: &'a str,
-        change: &'a RouteChange,
-        def: &'a CanaryDef,
-    ) -> BoxFuture<'a, Result<u64, DpError>> {
-        Box::pin(async move {
-            if self.held.load(Ordering::SeqCst) {
-                self.release.notified().await;
-            }
-            self.inner.write_route(route, change, def).await
-        })
-    }
-    fn stats<'a>(
-        &'a self,
-        route: &'a str,
-        window_secs: u64,
-        max_age_ms: Option<u64>,
-    ) -> BoxFuture<'a, Result<RoleStats, DpError>> {
-        self.inner.stats(route, window_secs, max_age_ms)
-    }
-    fn backend<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<BackendView, DpError>> {
-        self.inner.backend(name)
-    }
-}
-
 /// A step one plane does not answer: the run names it after the grace, reports it
 /// lagging past the ack timeout, takes no further step however long it waits, and
 /// goes on once the plane answers. All on the paused clock.
@@ -660,12 +635,7 @@ async fn a_step_waits_for_every_plane_and_names_the_one_it_waits_for() {
     let cfg = config();
     let here = TableStore::new(cfg.table.clone());
     let there = TableStore::new(cfg.table.clone());
-    let slow = Arc::new(Held {
-        inner: in_process(&there),
-        id: "http://replica-2:9901".into(),
-        held: AtomicBool::new(false),
-        release: tokio::sync::Notify::new(),
-    });
+    let slow = Flaky::new(in_process(&there), Some("http://replica-2:9901"));
     let en = Engine::start_on(
         vec![(def(&cfg), Fleet::new(vec![in_process(&here), slow.clone()]))],
         EngineOptions {
