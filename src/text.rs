@@ -171,49 +171,35 @@ pub mod chat {
     /// (Slack's own rule: `<!channel>` and `<https://x|label>` then show as
     /// typed), `@` inert, a Markdown link (Rocket.Chat's) broken.
     pub fn slack(s: &str) -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut prev = '\0';
-        for c in s.chars() {
-            if c == '(' && prev == ']' {
-                out.push(ZWSP);
-            }
-            prev = c;
-            match c {
-                '&' => out.push_str("&amp;"),
-                '<' => out.push_str("&lt;"),
-                '>' => out.push_str("&gt;"),
-                '@' => {
-                    out.push('@');
-                    out.push(ZWSP);
-                }
-                c => out.push(c),
-            }
-        }
-        out
+        inert(s, &[('&', "&amp;"), ('<', "&lt;"), ('>', "&gt;")], &['@'])
     }
 
     /// Discord, Microsoft Teams and Google Chat's plain text: `@` and `<` inert
     /// (`<@id>`, `<at>`, `<users/all>`, `<https://x|label>`), and a Markdown link
     /// `[label](url)` broken between its two halves.
     pub fn markdown(s: &str) -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut prev = '\0';
-        for c in s.chars() {
-            if c == '(' && prev == ']' {
-                out.push(ZWSP);
-            }
-            out.push(c);
-            if c == '@' || c == '<' {
-                out.push(ZWSP);
-            }
-            prev = c;
-        }
-        out
+        inert(s, &[], &['@', '<'])
     }
 
     /// Google Chat card text (a subset of HTML): `&`, `<`, `>` and `"` as
     /// entities, `@` inert, a Markdown link broken.
     pub fn html(s: &str) -> String {
+        inert(
+            s,
+            &[
+                ('&', "&amp;"),
+                ('<', "&lt;"),
+                ('>', "&gt;"),
+                ('"', "&quot;"),
+            ],
+            &['@'],
+        )
+    }
+
+    /// `s` with each character of `entities` written as its entity, each of
+    /// `broken` followed by a zero-width space, and a zero-width space between
+    /// the `]` and `(` of a Markdown link.
+    fn inert(s: &str, entities: &[(char, &str)], broken: &[char]) -> String {
         let mut out = String::with_capacity(s.len());
         let mut prev = '\0';
         for c in s.chars() {
@@ -221,16 +207,12 @@ pub mod chat {
                 out.push(ZWSP);
             }
             prev = c;
-            match c {
-                '&' => out.push_str("&amp;"),
-                '<' => out.push_str("&lt;"),
-                '>' => out.push_str("&gt;"),
-                '"' => out.push_str("&quot;"),
-                '@' => {
-                    out.push('@');
-                    out.push(ZWSP);
-                }
-                c => out.push(c),
+            match entities.iter().find(|(e, _)| *e == c) {
+                Some((_, entity)) => out.push_str(entity),
+                None => out.push(c),
+            }
+            if broken.contains(&c) {
+                out.push(ZWSP);
             }
         }
         out
