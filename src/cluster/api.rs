@@ -14,7 +14,7 @@ use crate::wire::cluster::ClusterDoc;
 use serde::Deserialize;
 use std::fmt::Write as _;
 
-use crate::dataplane::metrics::ScrapeSection;
+use crate::dataplane::metrics::{label_value, ScrapeSection};
 
 /// The cluster routes of the admin API.
 pub static ROUTES: &[RouteDef] = &[RouteDef {
@@ -57,18 +57,11 @@ impl ScrapeSection for ClusterMetrics {
             let _ = writeln!(
                 out,
                 "weir_cluster_replica_lag_seconds{{member=\"{}\"}} {}",
-                label(&member),
+                label_value(&member),
                 lag_ms as f64 / 1000.0
             );
         }
     }
-}
-
-/// A label value in the text format: backslash, quote and newline escaped.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// `/readyz`'s extra condition: in a fleet, ready only while the lease is valid.

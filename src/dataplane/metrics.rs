@@ -103,6 +103,14 @@ pub struct Metrics {
 /// Route name and the backends of its slots.
 type RouteKey = (String, String, Option<String>);
 
+/// A label value in the text exposition format: backslash, double quote and
+/// newline escaped. For the [`ScrapeSection`]s that render their own lines.
+pub fn label_value(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// Series a feature renders itself at scrape time (in the text exposition
 /// format, `# HELP` and `# TYPE` included), for series whose label sets come
 /// and go, which the recorder cannot forget.

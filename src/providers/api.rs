@@ -4,7 +4,7 @@
 //! [`ProviderBoard`](crate::dataplane::providers::ProviderBoard).
 
 use crate::control::api::{json_response, ApiResponse, ApiState, Auth, RouteDef};
-use crate::dataplane::metrics::ScrapeSection;
+use crate::dataplane::metrics::{label_value, ScrapeSection};
 use crate::dataplane::providers::ProviderBoard;
 use crate::wire::providers::ProvidersDoc;
 use http::{Method, StatusCode};
@@ -31,12 +31,6 @@ fn list(s: &ApiState) -> ApiResponse {
 
 /// The `weir_provider_*` series, rendered from the board at scrape time.
 pub struct ProviderMetrics(pub Arc<ProviderBoard>);
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 impl ScrapeSection for ProviderMetrics {
     fn render(&self, out: &mut String) {
@@ -75,7 +69,11 @@ impl ScrapeSection for ProviderMetrics {
                     "weir_provider_syncs_total" => p.syncs,
                     _ => p.disconnects,
                 };
-                let _ = writeln!(out, "{name}{{provider=\"{}\"}} {v}", escape(&p.provider));
+                let _ = writeln!(
+                    out,
+                    "{name}{{provider=\"{}\"}} {v}",
+                    label_value(&p.provider)
+                );
             }
         }
         let _ = writeln!(
@@ -87,8 +85,8 @@ impl ScrapeSection for ProviderMetrics {
                 let _ = writeln!(
                     out,
                     "weir_provider_endpoints{{provider=\"{}\",backend=\"{}\"}} {}",
-                    escape(&p.provider),
-                    escape(b),
+                    label_value(&p.provider),
+                    label_value(b),
                     pb.endpoints.len()
                 );
             }
@@ -99,7 +97,7 @@ impl ScrapeSection for ProviderMetrics {
         );
         for p in &list {
             let ready = p.containers.iter().filter(|c| c.ready).count();
-            let provider = escape(&p.provider);
+            let provider = label_value(&p.provider);
             let _ = writeln!(
                 out,
                 "weir_provider_containers{{provider=\"{provider}\",ready=\"true\"}} {ready}\nweir_provider_containers{{provider=\"{provider}\",ready=\"false\"}} {}",

@@ -11,6 +11,7 @@
 //! summed, as a mesh sees one workload whatever its version. Mirrored copies are left out
 //! (a mesh reports them on the shadow's own workload, which weir has none of).
 
+use crate::dataplane::metrics::label_value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -68,12 +69,6 @@ fn label<'a>(s: &'a Sample<'_>, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 /// The Istio workload of a weir role on a canary's route.
 fn workload(canary: &str, role: &str) -> Option<String> {
     match role {
@@ -89,11 +84,11 @@ fn istio_labels(route: &str, workload: &str, code: Option<&str>) -> String {
         "reporter=\"destination\",source_workload=\"weir\",source_workload_namespace=\"{NAMESPACE}\",\
          destination_workload=\"{}\",destination_workload_namespace=\"{NAMESPACE}\",\
          destination_service=\"{}\",connection_security_policy=\"none\"",
-        esc(workload),
-        esc(route)
+        label_value(workload),
+        label_value(route)
     );
     if let Some(code) = code {
-        let _ = write!(l, ",response_code=\"{}\"", esc(code));
+        let _ = write!(l, ",response_code=\"{}\"", label_value(code));
     }
     l
 }
