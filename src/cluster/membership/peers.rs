@@ -118,6 +118,22 @@ pub async fn vet_url(settings: &ClusterSettings, url: &str) -> Result<(), String
     }
 }
 
+impl PeerState {
+    /// Per member the engine waits for: the longest wait at `now` (ms) and the
+    /// canaries waiting. Members waited for by none are absent.
+    pub(super) fn lag(&self, now: u64) -> BTreeMap<String, (u64, Vec<String>)> {
+        let mut out: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+        for (canary, list) in &self.waiting {
+            for (member, since) in list {
+                let e = out.entry(member.clone()).or_default();
+                e.0 = e.0.max(now.saturating_sub(*since));
+                e.1.push(canary.clone());
+            }
+        }
+        out
+    }
+}
+
 impl Inner {
     /// Vets the members of `view` (new ones, changed `apiUrl`s, and the refused ones
     /// again: a host name may resolve later), and reports new refusals.
@@ -245,7 +261,6 @@ impl Cluster {
     /// drives unacknowledged (ms; 0 when it is up to date), and the canaries waiting.
     pub fn lag(&self) -> BTreeMap<String, (u64, Vec<String>)> {
         let st = lock(&self.inner.state);
-        let now = self.inner.clock.now_ms();
         let mut out: BTreeMap<String, (u64, Vec<String>)> = st
             .view
             .as_ref()
@@ -256,13 +271,7 @@ impl Cluster {
                     .collect()
             })
             .unwrap_or_default();
-        for (canary, list) in &st.peers.waiting {
-            for (member, since) in list {
-                let e = out.entry(member.clone()).or_default();
-                e.0 = e.0.max(now.saturating_sub(*since));
-                e.1.push(canary.clone());
-            }
-        }
+        out.extend(st.peers.lag(self.inner.clock.now_ms()));
         out
     }
 

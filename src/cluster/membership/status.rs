@@ -44,7 +44,7 @@ impl Inner {
                 }
             })
             .collect();
-        let now = self.clock.now_ms();
+        let mut lag = st.peers.lag(self.clock.now_ms());
         let members = view
             .members
             .iter()
@@ -54,16 +54,7 @@ impl Inner {
                     .as_ref()
                     .map(|r| r.api_url.clone())
                     .unwrap_or_default();
-                let mut lag_ms = 0;
-                let mut waiting = Vec::new();
-                for (canary, list) in &st.peers.waiting {
-                    for (member, since) in list {
-                        if member == name {
-                            lag_ms = lag_ms.max(now.saturating_sub(*since));
-                            waiting.push(canary.clone());
-                        }
-                    }
-                }
+                let (lag_ms, waiting) = lag.remove(name).unwrap_or_default();
                 MemberStatus {
                     trusted: *name == self.opts.name || self.trusted(&st, name, &api_url),
                     name: name.clone(),

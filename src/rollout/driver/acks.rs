@@ -160,19 +160,24 @@ impl Runner {
         answers
     }
 
-    /// The name of plane `i` for people: the fleet member behind it, else its id.
-    fn plane_name(&self, i: usize) -> String {
-        let id = self.fleet.ids().get(i).cloned().unwrap_or_default();
-        self.fleet_mode
+    /// The names of planes `idx` for people: the fleet member behind each, else
+    /// its id.
+    fn plane_names(&self, idx: &[usize]) -> Vec<String> {
+        let ids = self.fleet.ids();
+        let peers = self
+            .fleet_mode
             .as_ref()
-            .and_then(|f| {
-                f.ownership
-                    .peers()
-                    .into_iter()
+            .map(|f| f.ownership.peers())
+            .unwrap_or_default();
+        idx.iter()
+            .map(|i| {
+                let id = ids.get(*i).cloned().unwrap_or_default();
+                peers
+                    .iter()
                     .find(|p| p.api_url.trim_end_matches('/') == id)
-                    .map(|p| p.name)
+                    .map_or(id, |p| p.name.clone())
             })
-            .unwrap_or(id)
+            .collect()
     }
 
     /// The fleet's `ackTimeout` (a lone weir: the default).
@@ -191,7 +196,7 @@ impl Runner {
         if idx.is_empty() {
             return;
         }
-        let names: Vec<String> = idx.iter().map(|i| self.plane_name(*i)).collect();
+        let names = self.plane_names(idx);
         let mut wait = self.ack_wait.clone().unwrap_or(AckWait {
             since_ms: started,
             ..AckWait::default()
