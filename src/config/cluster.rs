@@ -281,15 +281,9 @@ pub fn validate(raw: &RawCluster, base: &Path) -> Result<ClusterSettings, Vec<(S
     }
     let mut peer_allow = Vec::new();
     for (i, cidr) in raw.peer_allow.iter().flatten().enumerate() {
-        match cidr
-            .parse::<IpNet>()
-            .or_else(|_| cidr.parse::<std::net::IpAddr>().map(IpNet::from))
-        {
+        match super::parse_network(cidr) {
             Ok(n) => peer_allow.push(n),
-            Err(_) => push(
-                &format!("peerAllow[{i}]"),
-                format!("expected a CIDR such as 10.0.0.0/24 or an address (got {cidr:?})"),
-            ),
+            Err(e) => push(&format!("peerAllow[{i}]"), e),
         }
     }
     if raw.peer_allow.is_none() {

@@ -23,6 +23,7 @@ mod cluster_etcd;
 pub mod diagnostics;
 mod duration;
 mod locate;
+mod network;
 pub mod raw;
 mod raw_cluster;
 mod raw_policies;
@@ -39,6 +40,7 @@ mod yaml_tree;
 
 pub use duration::{parse_duration, parse_go_duration, GoDurationError};
 pub use locate::Locations;
+pub use network::parse_network;
 pub use validate::{
     canary_defaults, compile_table, AdminConfig, BackendSpec, CanaryAnalysis, CanaryConfig,
     CanaryMatches, CanaryMetric, CanaryWebhook, CertFiles, Config, HealthSettings, HookKind,

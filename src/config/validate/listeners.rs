@@ -48,15 +48,9 @@ pub(super) fn validate_listeners(
             .map(|t| validate_listener_tls(&format!("{path}.tls"), t, base, errs));
         let mut trusted_proxies = Vec::new();
         for (j, cidr) in l.trusted_proxies.iter().enumerate() {
-            match cidr
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-            {
+            match crate::config::parse_network(cidr) {
                 Ok(n) => trusted_proxies.push(n),
-                Err(_) => errs.push(
-                    format!("{path}.trustedProxies[{j}]"),
-                    format!("expected a CIDR such as 10.0.0.0/8 or an address (got {cidr:?})"),
-                ),
+                Err(e) => errs.push(format!("{path}.trustedProxies[{j}]"), e),
             }
         }
         if let Some(address) = addr {

@@ -321,15 +321,9 @@ pub(super) fn compile_matches(path: &str, raw: &[RawMatch], errs: &mut Errors) -
             );
         }
         for (j, cidr) in m.source_ip.iter().enumerate() {
-            let parsed = cidr
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| cidr.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
-            match parsed {
+            match crate::config::parse_network(cidr) {
                 Ok(n) => rule.source_ip.push(n),
-                Err(_) => errs.push(
-                    format!("{p}.sourceIp[{j}]"),
-                    format!("expected a CIDR such as 10.0.0.0/8 or an address (got {cidr:?})"),
-                ),
+                Err(e) => errs.push(format!("{p}.sourceIp[{j}]"), e),
             }
         }
         out.push(rule);
